@@ -1,0 +1,1 @@
+"""duetime's benchmarks: ``./run bench <scenario>`` (see bench/README.md)."""

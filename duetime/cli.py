@@ -1,0 +1,62 @@
+"""The ``duetime`` command: a thin dispatcher to each role's entry point.
+
+Each command's module only declares its arguments at import time; the role's heavy imports
+(Kafka clients, the web framework, faust) happen inside ``run_<command>``, so starting a worker
+never loads the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from duetime.core.errors import DuetimeError
+
+# command -> (module, help). The module defines ``add_<command>_arguments(parser)`` and
+# ``run_<command>(args) -> int`` (dashes in a command become underscores).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dev": ("duetime.devstack", "the whole local stack with a small demo workload"),
+    "scheduler": ("duetime.schedulers.cli", "run a scheduler: owns partitions, fires due jobs"),
+    "infra": ("duetime.infra.cli", "install, start, stop the local Kafka and PostgreSQL"),
+    "topics": ("duetime.infra.cli", "create every topic: topics create"),
+    "db": ("duetime.infra.cli", "database migrations: db migrate"),
+}
+
+
+def _entry(command: str) -> Callable[[argparse.Namespace], int]:
+    module = importlib.import_module(COMMANDS[command][0])
+    func: Callable[[argparse.Namespace], int] = getattr(module, f"run_{command.replace('-', '_')}")
+    return func
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="duetime", description="duetime: a distributed job scheduler"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="command")
+    for name, (module_name, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        getattr(module, f"add_{name.replace('-', '_')}_arguments")(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return _entry(args.command)(args)
+    except DuetimeError as exc:
+        print(f"duetime {args.command}: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Configuration: one frozen settings object per role, built once from ``DUETIME_*`` variables.
+
+Nothing else in duetime reads the environment. Every value is validated here; an invalid one
+raises :class:`~duetime.core.errors.ConfigError` naming the variable, so a role stops at start
+with a message an operator can act on. The README documents every variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .errors import ConfigError
+
+T = TypeVar("T", int, float)
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{0,100}$")
+
+
+class Env:
+    """Typed, validated reads of ``DUETIME_*`` variables from one mapping."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._env = dict(os.environ if environ is None else environ)
+
+    def raw(self, name: str) -> str | None:
+        value = self._env.get(name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def text(self, name: str, default: str) -> str:
+        value = self.raw(name)
+        return default if value is None else value
+
+    def opt_str(self, name: str) -> str | None:
+        return self.raw(name)
+
+    def _number(self, name: str, default: T, kind: type[T], lo: T | None, hi: T | None) -> T:
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = kind(value)
+        except ValueError:
+            raise ConfigError(
+                f"{name}={value!r} is not a valid {kind.__name__}", details={"variable": name}
+            ) from None
+        if (lo is not None and number < lo) or (hi is not None and number > hi):
+            raise ConfigError(
+                f"{name}={value} is out of range [{lo}, {hi}]", details={"variable": name}
+            )
+        return number
+
+    def integer(self, name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+        return self._number(name, default, int, lo, hi)
+
+    def number(
+        self, name: str, default: float, lo: float | None = None, hi: float | None = None
+    ) -> float:
+        return self._number(name, default, float, lo, hi)
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.raw(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(
+            f"{name}={value!r} is not a boolean (true/false)", details={"variable": name}
+        )
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.text(name, default)
+        if value not in choices:
+            raise ConfigError(
+                f"{name}={value!r} must be one of {', '.join(choices)}", details={"variable": name}
+            )
+        return value
+
+    def items(self, name: str) -> tuple[str, ...]:
+        value = self.raw(name)
+        if value is None:
+            return ()
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class CommonSettings:
+    """What every role needs: where Kafka and PostgreSQL are, topic naming, logs, metrics."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    database_url: str = "postgresql://duetime:duetime@127.0.0.1:55432/duetime"
+    topic_prefix: str = "duetime."
+    partitions: int = 12
+    replication_factor: int = 1
+    schema_registry_url: str | None = None
+    log_format: str = "text"
+    log_level: str = "INFO"
+    metrics_port: int = 0
+    instance_id: str = socket.gethostname()
+
+    @classmethod
+    def from_env(cls, env: Env) -> CommonSettings:
+        prefix = env.text("DUETIME_TOPIC_PREFIX", cls.topic_prefix)
+        if not _PREFIX_RE.match(prefix):
+            raise ConfigError(
+                f"DUETIME_TOPIC_PREFIX={prefix!r} may only hold letters, digits, '.', '_' and '-'",
+                details={"variable": "DUETIME_TOPIC_PREFIX"},
+            )
+        database_url = env.text("DUETIME_DATABASE_URL", cls.database_url)
+        if not database_url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(
+                "DUETIME_DATABASE_URL must be a postgresql:// URL",
+                details={"variable": "DUETIME_DATABASE_URL"},
+            )
+        return cls(
+            bootstrap_servers=env.text("DUETIME_KAFKA_BOOTSTRAP", cls.bootstrap_servers),
+            database_url=database_url,
+            topic_prefix=prefix,
+            partitions=env.integer("DUETIME_PARTITIONS", cls.partitions, 1, 10_000),
+            replication_factor=env.integer(
+                "DUETIME_REPLICATION_FACTOR", cls.replication_factor, 1, 7
+            ),
+            schema_registry_url=env.opt_str("DUETIME_SCHEMA_REGISTRY_URL"),
+            log_format=env.choice("DUETIME_LOG_FORMAT", cls.log_format, ("text", "json")),
+            log_level=env.choice(
+                "DUETIME_LOG_LEVEL", cls.log_level, ("DEBUG", "INFO", "WARNING", "ERROR")
+            ),
+            metrics_port=env.integer("DUETIME_METRICS_PORT", cls.metrics_port, 0, 65535),
+            instance_id=env.text("DUETIME_INSTANCE_ID", f"{socket.gethostname()}-{os.getpid()}"),
+        )

@@ -1,0 +1,272 @@
+"""Job validation: the API body of a job → the ``JobDefinition`` event, or a clear error.
+
+The SDK, the REST API and the CLI all call :func:`build_job`, so a bad cron, an unknown time
+zone, an unknown target type or an oversized payload is refused the same way everywhere,
+before anything reaches Kafka. Errors are :class:`ValidationError` (422) naming the field, or
+:class:`PayloadTooLarge` (413).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import PayloadTooLarge, ValidationError
+from .models import Misfire, Overlap, Priority, TargetType
+from .retry import RetryPolicy
+from .schedule import Cron, OneTime, Schedule, parse_schedule, schedule_to_dict
+
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_REF_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+_KEYS = frozenset(
+    {
+        "job_id",
+        "name",
+        "schedule",
+        "priority",
+        "target",
+        "payload",
+        "retry",
+        "timeout_s",
+        "misfire",
+        "overlap",
+        "labels",
+        "dag_id",
+        "dag_key",
+        "depends_on",
+    }
+)
+CONTENT_FIELDS = (
+    "name",
+    "schedule",
+    "priority",
+    "target",
+    "payload_json",
+    "retry",
+    "timeout_s",
+    "misfire",
+    "overlap",
+    "dag_id",
+    "dag_key",
+    "depends_on",
+    "labels",
+)
+"""The fields that make a definition; two definitions equal on these are the same job."""
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _choice(body: Mapping[str, Any], key: str, enum: Any, default: str) -> str:
+    value = body.get(key, default)
+    try:
+        return str(enum(value).value)
+    except ValueError:
+        allowed = ", ".join(e.value for e in enum)
+        raise ValidationError(f"{key} {value!r} is not one of {allowed}", field=key) from None
+
+
+def parse_uuid(value: Any, field: str) -> str:
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ValidationError(f"{field} {value!r} is not a UUID", field=field) from None
+
+
+def _target(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ValidationError("target must be an object with a 'type'", field="target")
+    kind = raw.get("type")
+    try:
+        target_type = TargetType(str(kind))
+    except ValueError:
+        raise ValidationError(
+            f"unknown target type {kind!r}; use http, python or kafka", field="target.type"
+        ) from None
+    allowed = {
+        TargetType.HTTP: {"type", "url", "method", "headers"},
+        TargetType.PYTHON: {"type", "ref"},
+        TargetType.KAFKA: {"type", "topic"},
+    }[target_type]
+    for key in raw:
+        if key not in allowed:
+            raise ValidationError(
+                f"unknown field {key!r} for a {target_type.value} target", field=f"target.{key}"
+            )
+    if target_type is TargetType.HTTP:
+        url = raw.get("url")
+        if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url) or len(url) > 2048:
+            raise ValidationError(
+                "target.url must be an http:// or https:// URL", field="target.url"
+            )
+        method = str(raw.get("method", "POST")).upper()
+        if method not in _METHODS:
+            raise ValidationError(
+                f"target.method {method!r} is not one of {', '.join(_METHODS)}",
+                field="target.method",
+            )
+        headers = raw.get("headers") or {}
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ValidationError(
+                "target.headers must map strings to strings", field="target.headers"
+            )
+        return {"url": url, "method": method, "headers": dict(headers)}
+    if target_type is TargetType.PYTHON:
+        ref = raw.get("ref")
+        if not isinstance(ref, str) or not _REF_RE.match(ref):
+            raise ValidationError(
+                "target.ref must be 'package.module:function' or a registered task name",
+                field="target.ref",
+            )
+        return {"ref": ref}
+    topic = raw.get("topic")
+    if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
+        raise ValidationError(
+            "target.topic must be a Kafka topic name (letters, digits, '.', '_', '-')",
+            field="target.topic",
+        )
+    return {"topic": topic}
+
+
+def target_to_api(target: Mapping[str, Any]) -> dict[str, Any]:
+    if "url" in target:
+        return {"type": "http", **target}
+    if "ref" in target:
+        return {"type": "python", **target}
+    return {"type": "kafka", **target}
+
+
+def schedule_to_avro(schedule: Schedule | None) -> dict[str, Any] | None:
+    if schedule is None:
+        return None
+    if isinstance(schedule, OneTime):
+        return {"at_ms": _ms(schedule.at)}
+    assert isinstance(schedule, Cron)
+    return {
+        "cron": schedule.expr,
+        "timezone": schedule.timezone,
+        "start_at_ms": None if schedule.start_at is None else _ms(schedule.start_at),
+        "end_at_ms": None if schedule.end_at is None else _ms(schedule.end_at),
+    }
+
+
+def schedule_to_api(raw: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if "at_ms" in raw:
+        return schedule_to_dict(OneTime(datetime.fromtimestamp(raw["at_ms"] / 1000, tz=UTC)))
+    return schedule_to_dict(
+        Cron(
+            raw["cron"],
+            raw.get("timezone") or "UTC",
+            None
+            if raw.get("start_at_ms") is None
+            else datetime.fromtimestamp(raw["start_at_ms"] / 1000, tz=UTC),
+            None
+            if raw.get("end_at_ms") is None
+            else datetime.fromtimestamp(raw["end_at_ms"] / 1000, tz=UTC),
+        )
+    )
+
+
+def build_job(
+    body: Mapping[str, Any],
+    *,
+    now_ms: int,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    revision: int | None = None,
+) -> dict[str, Any]:
+    """Validate a job body and return its ``JobDefinition`` record."""
+    if not isinstance(body, Mapping):
+        raise ValidationError("a job must be a JSON object", field="")
+    unknown = sorted(k for k in body if k not in _KEYS)
+    if unknown:
+        raise ValidationError(f"unknown job field(s): {', '.join(unknown)}", field=unknown[0])
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ValidationError(
+            "name must be a non-empty string of at most 200 characters", field="name"
+        )
+    job_id = parse_uuid(body["job_id"], "job_id") if body.get("job_id") else str(uuid.uuid4())
+    schedule = None if body.get("schedule") is None else parse_schedule(body["schedule"])
+    payload_json = json.dumps(body.get("payload"), separators=(",", ":"), ensure_ascii=False)
+    size = len(payload_json.encode())
+    if size > max_payload_bytes:
+        raise PayloadTooLarge(
+            f"payload is {size} bytes, over the limit of {max_payload_bytes}",
+            details={"field": "payload", "size_bytes": size, "limit_bytes": max_payload_bytes},
+        )
+    retry = RetryPolicy.from_dict(body.get("retry"))
+    timeout_s = body.get("timeout_s", 300)
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not math.isfinite(timeout_s)
+        or not 0 < timeout_s <= MAX_TIMEOUT_S
+    ):
+        raise ValidationError(
+            f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]", field="timeout_s"
+        )
+    labels = body.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise ValidationError("labels must map strings to strings", field="labels")
+    depends_on = body.get("depends_on") or []
+    if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
+        raise ValidationError("depends_on must be a list of job keys", field="depends_on")
+    return {
+        "job_id": job_id,
+        "name": name,
+        "revision": now_ms * 1000 if revision is None else revision,
+        "created_at_ms": now_ms,
+        "updated_at_ms": now_ms,
+        "schedule": schedule_to_avro(schedule),
+        "priority": _choice(body, "priority", Priority, Priority.NORMAL.value),
+        "target": _target(body.get("target")),
+        "payload_json": payload_json,
+        "retry": retry.to_dict(),
+        "timeout_s": float(timeout_s),
+        "misfire": _choice(body, "misfire", Misfire, Misfire.RUN_ONCE.value),
+        "overlap": _choice(body, "overlap", Overlap, Overlap.SKIP.value),
+        "dag_id": None if body.get("dag_id") is None else parse_uuid(body["dag_id"], "dag_id"),
+        "dag_key": body.get("dag_key"),
+        "depends_on": list(depends_on),
+        "labels": dict(labels),
+    }
+
+
+def same_job(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Two definitions describe the same job (a re-create is then a no-op)."""
+    return all(a.get(f) == b.get(f) for f in CONTENT_FIELDS)
+
+
+def job_to_api(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The API's view of a definition record."""
+    return {
+        "job_id": definition["job_id"],
+        "name": definition["name"],
+        "schedule": schedule_to_api(definition.get("schedule")),
+        "priority": definition["priority"],
+        "target": target_to_api(definition["target"]),
+        "payload": json.loads(definition["payload_json"]),
+        "retry": dict(definition["retry"]),
+        "timeout_s": definition["timeout_s"],
+        "misfire": definition["misfire"],
+        "overlap": definition["overlap"],
+        "labels": dict(definition.get("labels") or {}),
+        "dag_id": definition.get("dag_id"),
+        "dag_key": definition.get("dag_key"),
+        "depends_on": list(definition.get("depends_on") or []),
+    }

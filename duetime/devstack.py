@@ -1,0 +1,227 @@
+"""``duetime dev``: the whole local stack on one machine, with a small demo workload.
+
+Starts Kafka and PostgreSQL (``infra/``) unless ``DUETIME_KAFKA_BOOTSTRAP`` and
+``DUETIME_DATABASE_URL`` point at existing ones, creates the topics, migrates the database,
+runs every role as a supervised child process (a crashed role is restarted with backoff),
+loads the demo and follows what happens. Ctrl-C (SIGINT) or SIGTERM stops the roles, then the
+services it started, and leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+log = logging.getLogger("duetime.dev")
+
+# (name, command arguments after ``duetime``); each runs as its own process.
+ROLES: list[tuple[str, list[str]]] = [
+    ("scheduler", ["scheduler"]),
+]
+
+
+def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-demo", action="store_true", help="do not load the demo workload")
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=None,
+        help="stop by itself after this many seconds (for scripted runs)",
+    )
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    log_path: str = ""
+
+    def start(self) -> None:
+        out = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child for its lifetime
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "duetime.cli", *self.argv],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+        log.info("started %s (pid %s), log %s", self.name, self.process.pid, self.log_path)
+
+    def poll(self) -> None:
+        """Restart a crashed child, with a growing delay so a crash loop does not spin."""
+        if self.process is None or self.process.poll() is None:
+            return
+        now = time.monotonic()
+        if self.next_start == 0.0:
+            delay = min(30.0, 0.5 * 2**self.restarts)
+            log.warning(
+                "%s exited with %s; restarting in %.1f s",
+                self.name,
+                self.process.returncode,
+                delay,
+            )
+            self.next_start = now + delay
+        elif now >= self.next_start:
+            self.restarts += 1
+            self.next_start = 0.0
+            self.start()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0f s: killing it", self.name, timeout_s)
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+
+
+@dataclass
+class Supervisor:
+    children: list[Child] = field(default_factory=list)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, duration_s: float | None) -> None:
+        for child in self.children:
+            child.start()
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        while not self.stop_event.wait(0.5):
+            for child in self.children:
+                child.poll()
+            if deadline is not None and time.monotonic() > deadline:
+                break
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    from duetime.core.config import CommonSettings, Env
+    from duetime.core.logs import setup_logging
+    from duetime.infra.stack import LocalStack, StackSettings
+
+    env = Env()
+    common = CommonSettings.from_env(env)
+    setup_logging(common.log_format, common.log_level, role="dev")
+    external = env.opt_str("DUETIME_KAFKA_BOOTSTRAP") and env.opt_str("DUETIME_DATABASE_URL")
+    stack = LocalStack(StackSettings.from_env(env))
+    supervisor = Supervisor()
+
+    def on_signal(signum: int, _: Any) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        supervisor.stop_event.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if not external:
+            started = time.monotonic()
+            stack.up()
+            common = stack.settings_for(common, env)
+            t = stack.timings_s
+            print(
+                f"kafka      {common.bootstrap_servers}  started in {t['kafka_start']:.1f} s\n"
+                f"postgresql {common.database_url}  started in {t['postgres_start']:.1f} s\n"
+                f"(install checks {t['kafka_jars'] + t['postgres_install']:.1f} s, "
+                f"total {time.monotonic() - started:.1f} s)",
+                flush=True,
+            )
+        stack.prepare(common)
+        logs_dir = stack.settings.home / "logs"
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        child_env = {
+            **os.environ,
+            "DUETIME_KAFKA_BOOTSTRAP": common.bootstrap_servers,
+            "DUETIME_DATABASE_URL": common.database_url,
+            "DUETIME_TOPIC_PREFIX": common.topic_prefix,
+            "DUETIME_PARTITIONS": str(common.partitions),
+        }
+        for name, argv in ROLES:
+            supervisor.children.append(
+                Child(name, argv, child_env, log_path=str(logs_dir / f"{name}.log"))
+            )
+        follower = None
+        if not args.no_demo:
+            follower = threading.Thread(
+                target=_demo, args=(common, supervisor.stop_event), daemon=True
+            )
+            follower.start()
+        print(f"roles: {', '.join(n for n, _ in ROLES)}; logs in {logs_dir}", flush=True)
+        print("Ctrl-C stops everything.", flush=True)
+        supervisor.run(args.duration_s)
+    finally:
+        supervisor.stop_event.set()
+        supervisor.stop()
+        if not external:
+            stack.down()
+        print("stopped: nothing left running", flush=True)
+    return 0
+
+
+def _demo(common: Any, stop: threading.Event) -> None:
+    """Load the demo jobs, then print every execution request as it is emitted."""
+    from duetime.producers.sdk import JobClient
+    from duetime.schemas.codec import Codec
+
+    from .core import kafka
+    from .core.topics import Topics
+
+    soon = datetime.now(UTC) + timedelta(seconds=3)
+    with JobClient(settings=common) as client:
+        jobs = [
+            client.create_job(
+                name="demo-every-5s",
+                schedule={"cron": "*/5 * * * * *"},
+                target={"type": "http", "url": "http://127.0.0.1:8080/healthz", "method": "GET"},
+                overlap="allow",
+            ),
+            *[
+                client.create_job(
+                    name=f"demo-once-{i}",
+                    schedule={"at": (soon + timedelta(seconds=i)).isoformat()},
+                    target={"type": "python", "ref": "duetime.demo:hello"},
+                    payload={"n": i},
+                    priority=("critical", "high", "normal", "low")[i % 4],
+                )
+                for i in range(4)
+            ],
+        ]
+    names = {j.job_id: j.definition["name"] for j in jobs}
+    print(f"demo: created {len(jobs)} jobs: {', '.join(names.values())}", flush=True)
+    topics = Topics(common.topic_prefix)
+    consumer = kafka.consumer(common, f"{common.topic_prefix}dev-follower")
+    consumer.subscribe(topics.executions)
+    codec = Codec()
+    try:
+        while not stop.is_set():
+            for msg in consumer.consume(100, 0.5):
+                if msg.error():
+                    continue
+                request = codec.decode("execution", msg.value() or b"")
+                lateness = request["emitted_at_ms"] - request["due_at_ms"]
+                scheduled = datetime.fromtimestamp(request["scheduled_at_ms"] / 1000, UTC)
+                print(
+                    f"fired {request['name']:<16} priority={request['priority']:<8} "
+                    f"scheduled={scheduled:%H:%M:%S.%f} "
+                    f"lateness={lateness} ms trigger={request['trigger']}",
+                    flush=True,
+                )
+    finally:
+        consumer.close()

@@ -1,0 +1,86 @@
+"""``duetime infra``, ``duetime topics create`` and ``duetime db migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger("duetime.infra")
+
+
+def add_infra_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("install", "up", "down", "status"),
+        help="install: fetch the broker jars and PostgreSQL; up: start both and prepare topics "
+        "and tables; down: stop both; status: say what runs",
+    )
+
+
+def run_infra(args: argparse.Namespace) -> int:
+    from duetime.core.config import CommonSettings, Env
+    from duetime.core.logs import setup_logging
+
+    from .stack import LocalStack, StackSettings
+
+    env = Env()
+    common = CommonSettings.from_env(env)
+    setup_logging(common.log_format, common.log_level)
+    stack = LocalStack(StackSettings.from_env(env))
+    if args.action == "install":
+        stack.install()
+    elif args.action == "up":
+        stack.up()
+        common = stack.settings_for(common, env)
+        stack.prepare(common)
+        t = stack.timings_s
+        print(f"kafka      {stack.bootstrap_servers}  (started in {t['kafka_start']:.1f} s)")
+        print(f"postgresql {stack.database_url}  (started in {t['postgres_start']:.1f} s)")
+    elif args.action == "down":
+        stack.down()
+    else:
+        for name, server, running in (
+            ("kafka", stack.bootstrap_servers, stack.kafka.is_running()),
+            ("postgresql", stack.database_url, stack.postgres.is_running()),
+        ):
+            print(f"{name:10} {server}: {'running' if running else 'stopped'}")
+    return 0
+
+
+def add_topics_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("create", "list"))
+
+
+def run_topics(args: argparse.Namespace) -> int:
+    from duetime.core.config import CommonSettings, Env
+    from duetime.core.logs import setup_logging
+    from duetime.core.topics import Topics
+
+    from .topics import create_topics
+
+    common = CommonSettings.from_env(Env())
+    setup_logging(common.log_format, common.log_level)
+    specs = Topics(common.topic_prefix).specs(common.partitions)
+    if args.action == "create":
+        created = create_topics(common.bootstrap_servers, specs, common.replication_factor)
+        print(f"{len(created)} topics created, {len(specs) - len(created)} already there")
+    for spec in specs:
+        print(f"{spec.name:32} partitions={spec.partitions} {spec.config.get('cleanup.policy')}")
+    return 0
+
+
+def add_db_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("migrate",))
+
+
+def run_db(args: argparse.Namespace) -> int:
+    from duetime.core.config import CommonSettings, Env
+    from duetime.core.logs import setup_logging
+
+    from .migrate import migrate
+
+    common = CommonSettings.from_env(Env())
+    setup_logging(common.log_format, common.log_level)
+    applied = migrate(common.database_url)
+    print(f"{len(applied)} migrations applied" + (f": {', '.join(applied)}" if applied else ""))
+    return 0

@@ -1,0 +1,239 @@
+"""Process and port helpers shared by the local Kafka and PostgreSQL launchers.
+
+Role: the small, dependency-free pieces that make starting a local server robust: bounded
+waits, pid files, port ownership checks and log tails.
+
+Guarantees:
+- ``wait_until`` never waits past its deadline; its error names what it waited for.
+- ``port_holder`` answers from /proc (no root-only tools needed) and degrades to ``ss``;
+  it never raises for a missing tool.
+- ``stop_process_group`` sends SIGTERM, waits up to the deadline, then SIGKILLs the whole
+  process group, and only ever signals the process id it was given (and its group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("duetime.infra")
+
+
+class InfraError(RuntimeError):
+    """A local server could not be prepared, started, reused or stopped."""
+
+
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.2,
+    abort: Callable[[], str | None] | None = None,
+) -> float:
+    """Poll ``predicate`` until it is true; return the seconds waited.
+
+    ``abort`` is checked on every round; a non-None string ends the wait at once with that
+    reason (used to notice that the server process died). Raises ``TimeoutError`` naming
+    ``what`` when the deadline passes.
+    """
+    start = time.monotonic()
+    deadline = start + timeout_s
+    while True:
+        if predicate():
+            return time.monotonic() - start
+        if abort is not None:
+            reason = abort()
+            if reason is not None:
+                raise InfraError(f"gave up waiting for {what}: {reason}")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes of TCP listeners (state 0A) on ``port``, any address, v4 and v6."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10:
+                continue
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes
+
+
+def port_holder(port: int) -> str | None:
+    """Describe who listens on ``port`` ("pid 123 (java: ...)"), or None when nobody does.
+
+    Reads /proc/net/tcp{,6} and the /proc/<pid>/fd links; when the owning process cannot be
+    found (another user's process without root) it falls back to ``ss -ltnp``.
+    """
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in targets:
+                        return f"pid {proc.name} ({describe_pid(int(proc.name))})"
+        except OSError:
+            continue
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        if out:
+            return out
+    return "an unknown process"
+
+
+def ensure_port_free(port: int, what: str, grace_s: float = 0.0) -> None:
+    """Raise ``InfraError`` naming the holder when something listens on 127.0.0.1:``port``.
+
+    ``grace_s`` gives a process that was just killed time to release its sockets: a
+    multi-threaded process (a JVM) shows as a zombie before its threads have closed them.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        holder = port_holder(port)
+        if holder is None and not port_open(port):
+            return
+        if time.monotonic() >= deadline:
+            raise InfraError(
+                f"cannot start {what}: port 127.0.0.1:{port} is already in use by "
+                f"{holder or 'an unknown process'}"
+            )
+        time.sleep(0.2)
+
+
+def describe_pid(pid: int) -> str:
+    """A short "name: command line" of a process, for error messages."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "gone"
+    cmd = cmd.strip()
+    if len(cmd) > 160:
+        cmd = cmd[:160] + "…"
+    return f"{name}: {cmd}"
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The state is the first field after the parenthesised command name.
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def process_name(pid: int) -> str:
+    """The kernel's short name of the process (``comm``), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def read_pid_file(path: Path) -> int | None:
+    """The pid in ``path``, or None when the file is missing or unreadable."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_pid_file(path: Path, pid: int) -> None:
+    """Write ``pid`` atomically (temp file + rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(f"{pid}\n")
+    tmp.replace(path)
+
+
+def reap(pid: int) -> None:
+    """Collect the exit status of our own child ``pid`` if it has ended (no-op otherwise)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_process_group(pid: int, timeout_s: float, what: str) -> None:
+    """SIGTERM the process group led by ``pid``; SIGKILL it after ``timeout_s``.
+
+    The process must have been started with ``start_new_session=True`` so that its group
+    holds only it and its children.
+    """
+    if not pid_alive(pid):
+        return
+    log.info("stopping %s (pid %d)", what, pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    log.warning("%s (pid %d) ignored SIGTERM for %.0f s; sending SIGKILL", what, pid, timeout_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    raise InfraError(f"{what} (pid {pid}) survived SIGKILL")
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a text file, or a note that it is missing."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError as exc:
+        return f"(no log at {path}: {exc.strerror})"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,30 @@
+"""``duetime scheduler``: run one scheduler process."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics here (overrides DUETIME_METRICS_PORT)",
+    )
+
+
+def run_scheduler(args: argparse.Namespace) -> int:
+    from duetime.core.config import Env
+    from duetime.core.logs import setup_logging
+    from duetime.core.metrics_server import serve_metrics
+
+    from .service import run
+    from .settings import SchedulerSettings
+
+    settings = SchedulerSettings.from_env(Env())
+    setup_logging(settings.common.log_format, settings.common.log_level, role="scheduler")
+    serve_metrics(
+        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port
+    )
+    return run(settings)

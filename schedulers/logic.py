@@ -1,0 +1,500 @@
+"""The scheduler's transform: pure functions from (job state, input event, now) to a new state
+and the records to emit.
+
+No clock, no randomness, no I/O: the caller passes ``now_ms`` and a ``random.Random``. The
+partition owner applies the outputs in one Kafka transaction together with the consumed
+offsets, so every state change and every execution request happen exactly once.
+
+State is the ``SchedulerState`` Avro record as a dict. ``inflight`` lists the executions of the
+job that are queued, running, or failed and waiting for their retry; a job's wake-up time
+(``wake_at_ms``) is the earliest of its next scheduled run and its retries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from duetime.core.errors import IllegalTransition
+from duetime.core.jobspec import same_job
+from duetime.core.models import Misfire, Overlap, Status
+from duetime.core.retry import RetryPolicy, retry_delay_s, should_retry
+from duetime.core.schedule import (
+    Cron,
+    OneTime,
+    Schedule,
+    first_fire,
+    misfire_fires,
+    next_fire,
+    overlap_decision,
+)
+from duetime.core.states import Event, transition
+
+log = logging.getLogger("duetime.scheduler")
+
+Record = dict[str, Any]
+
+_EXECUTION_NS = uuid.UUID("6f9f3c1e-5d1b-4c1e-9a63-6a0d7e1f2b10")
+
+
+def execution_id_for(job_id: str, scheduled_at_ms: int, trigger: str, salt: str = "") -> str:
+    """Deterministic: re-deriving after a restore gives the same id for the same occurrence."""
+    return str(uuid.uuid5(_EXECUTION_NS, f"{job_id}/{scheduled_at_ms}/{trigger}/{salt}"))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Scheduler-wide knobs of the transform (from SchedulerSettings)."""
+
+    misfire_threshold_ms: int = 5_000
+    """An occurrence later than this when it is handled counts as missed (misfire policy)."""
+    catch_up_cap: int = 100
+    catch_up_window_s: float = 24 * 3600.0
+
+
+@dataclass
+class Outputs:
+    """What one transform step asks the partition owner to write."""
+
+    executions: list[Record] = field(default_factory=list)
+    dead_letters: list[Record] = field(default_factory=list)
+    state_changed: bool = False
+
+
+# --- conversions -------------------------------------------------------------------------
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def schedule_of(definition: Record) -> Schedule | None:
+    raw = definition.get("schedule")
+    if raw is None:
+        return None
+    if "at_ms" in raw:
+        return OneTime(_dt(raw["at_ms"]))
+    return Cron(
+        raw["cron"],
+        raw.get("timezone") or "UTC",
+        None if raw.get("start_at_ms") is None else _dt(raw["start_at_ms"]),
+        None if raw.get("end_at_ms") is None else _dt(raw["end_at_ms"]),
+    )
+
+
+def retry_policy_of(definition: Record) -> RetryPolicy:
+    r = definition["retry"]
+    return RetryPolicy(r["max_retries"], r["base_delay_s"], r["max_delay_s"], r["jitter"])
+
+
+def wake_at_ms(state: Record) -> int | None:
+    """The earliest instant this job needs the timer: next run or a retry."""
+    candidates = [e["due_at_ms"] for e in state["inflight"] if e["status"] == Status.FAILED.value]
+    if state.get("next_run_at_ms") is not None and state["status"] not in (
+        Status.PAUSED.value,
+        Status.CANCELLED.value,
+    ):
+        candidates.append(state["next_run_at_ms"])
+    return min(candidates) if candidates else None
+
+
+def _move(state: Record, event: Event) -> None:
+    """Apply the state machine; an event that does not apply (late, duplicate) changes nothing."""
+    try:
+        state["status"] = transition(Status(state["status"]), event).value
+    except IllegalTransition:
+        log.debug(
+            "ignored %s in %s", event.value, state["status"], extra={"job_id": state["job_id"]}
+        )
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+
+def new_state(definition: Record, now_ms: int) -> Record:
+    blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
+    status = transition(None, Event.CREATE_BLOCKED if blocked else Event.CREATE)
+    schedule = None if blocked else schedule_of(definition)
+    first = None if schedule is None else first_fire(schedule, _dt(now_ms))
+    return {
+        "job_id": definition["job_id"],
+        "definition": definition,
+        "status": status.value,
+        "next_run_at_ms": None if first is None else _ms(first),
+        "last_scheduled_at_ms": None,
+        "paused_at_ms": None,
+        "inflight": [],
+        "queued_occurrence_ms": None,
+        "fired_count": 0,
+        "updated_at_ms": now_ms,
+        "dag_runs": {},
+    }
+
+
+def on_definition(state: Record | None, definition: Record, now_ms: int) -> tuple[Record, Outputs]:
+    """A create or an update. Re-delivered or older revisions change nothing."""
+    out = Outputs()
+    if state is None:
+        out.state_changed = True
+        return new_state(definition, now_ms), out
+    if same_job(definition, state["definition"]) or (
+        definition["revision"] <= state["definition"]["revision"]
+    ):
+        return state, out  # a re-create of the same job, or an older revision: nothing to do
+    state["definition"] = definition
+    state["updated_at_ms"] = now_ms
+    if state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value):
+        schedule = schedule_of(definition)
+        first = None if schedule is None else first_fire(schedule, _dt(now_ms))
+        state["next_run_at_ms"] = None if first is None else _ms(first)
+    out.state_changed = True
+    return state, out
+
+
+def on_control(
+    state: Record | None, command: Record, now_ms: int, policy: Policy
+) -> tuple[Record | None, Outputs]:
+    out = Outputs()
+    if state is None:
+        log.warning(
+            "control %s for an unknown job ignored",
+            command["kind"],
+            extra={"job_id": command["job_id"]},
+        )
+        return state, out
+    kind = command["kind"]
+    status = state["status"]
+    if kind == "pause":
+        if status in (Status.PAUSED.value, Status.CANCELLED.value):
+            return state, out
+        _move(state, Event.PAUSE)
+        state["paused_at_ms"] = now_ms
+    elif kind == "resume":
+        if status != Status.PAUSED.value:
+            return state, out
+        _move(state, Event.RESUME)
+        _resume(state, now_ms, policy, out)
+        state["paused_at_ms"] = None
+    elif kind == "cancel":
+        if status == Status.CANCELLED.value:
+            return state, out
+        _move(state, Event.CANCEL)
+        state["next_run_at_ms"] = None
+        state["queued_occurrence_ms"] = None
+        # retries waiting for their backoff will not run: no further runs
+        state["inflight"] = [e for e in state["inflight"] if e["status"] != Status.FAILED.value]
+    elif kind == "trigger":
+        if status == Status.CANCELLED.value:
+            return state, out
+        salt = command["command_id"]
+        _emit(state, command["issued_at_ms"], "manual", now_ms, out, salt=salt)
+    elif kind == "replay":
+        if status == Status.CANCELLED.value:
+            return state, out
+        salt = f"{command.get('execution_id')}/{command['command_id']}"
+        _emit(state, now_ms, "replay", now_ms, out, salt=salt)
+    elif kind == "release":
+        run_id = command.get("dag_run_id") or ""
+        if state["dag_runs"].get(run_id) != Status.BLOCKED.value:
+            return state, out  # a second release of the same run does nothing
+        state["dag_runs"][run_id] = Status.PENDING.value
+        _emit(state, now_ms, "release", now_ms, out, salt=run_id, dag_run_id=run_id)
+        state["dag_runs"][run_id] = Status.QUEUED.value
+    elif kind == "skip":
+        run_id = command.get("dag_run_id") or ""
+        if state["dag_runs"].get(run_id) in (Status.SKIPPED.value, Status.SUCCESS.value):
+            return state, out
+        state["dag_runs"][run_id] = Status.SKIPPED.value
+        _move(state, Event.SKIP)
+    elif kind == "dag_run_start":
+        run_id = command.get("dag_run_id") or ""
+        if run_id in state["dag_runs"]:
+            return state, out
+        if state["definition"].get("depends_on"):
+            state["dag_runs"][run_id] = Status.BLOCKED.value
+            _move(state, Event.BLOCK)
+        else:
+            state["dag_runs"][run_id] = Status.QUEUED.value
+            _emit(state, now_ms, "release", now_ms, out, salt=run_id, dag_run_id=run_id)
+    else:
+        log.warning("unknown control kind %s ignored", kind, extra={"job_id": state["job_id"]})
+        return state, out
+    state["updated_at_ms"] = now_ms
+    out.state_changed = True
+    return state, out
+
+
+def _resume(state: Record, now_ms: int, policy: Policy, out: Outputs) -> None:
+    """Apply the job's misfire policy to the occurrences missed while it was paused."""
+    definition = state["definition"]
+    schedule = schedule_of(definition)
+    if schedule is None:
+        return
+    missed_after_ms = state["paused_at_ms"] or now_ms
+    if state.get("next_run_at_ms") is not None:
+        missed_after_ms = min(missed_after_ms, state["next_run_at_ms"] - 1)
+    fires = misfire_fires(
+        schedule,
+        Misfire(definition["misfire"]),
+        _dt(missed_after_ms),
+        _dt(now_ms),
+        policy.catch_up_cap,
+        policy.catch_up_window_s,
+    )
+    for t in fires:
+        _fire_occurrence(state, _ms(t), now_ms, out, trigger="misfire")
+    nxt = next_fire(schedule, _dt(now_ms))
+    state["next_run_at_ms"] = None if nxt is None else _ms(nxt)
+
+
+def on_result(
+    state: Record | None, result: Record, now_ms: int, rng: random.Random
+) -> tuple[Record | None, Outputs]:
+    """A worker's report. Stale reports (other attempt, lower fencing token) change nothing."""
+    out = Outputs()
+    if state is None:
+        return state, out
+    entry = next(
+        (e for e in state["inflight"] if e["execution_id"] == result["execution_id"]), None
+    )
+    if entry is None or entry["attempt"] != result["attempt"]:
+        return state, out
+    if result["lease_token"] < entry.get("lease_token", 0):
+        return state, out
+    entry["lease_token"] = result["lease_token"]
+    status = result["status"]
+    if status == "running":
+        if entry["status"] == Status.RUNNING.value:
+            return state, out
+        entry["status"] = Status.RUNNING.value
+        _move(state, Event.START)
+    elif status == "success":
+        state["inflight"].remove(entry)
+        _move(state, Event.SUCCEED)
+        _after_occurrence(state, now_ms, out, entry)
+    else:
+        _on_failure(state, entry, result, now_ms, rng, out)
+    state["updated_at_ms"] = now_ms
+    out.state_changed = True
+    return state, out
+
+
+def _on_failure(
+    state: Record,
+    entry: Record,
+    result: Record,
+    now_ms: int,
+    rng: random.Random,
+    out: Outputs,
+) -> None:
+    error = result.get("error") or {
+        "type": "Unknown",
+        "message": "failed without an error",
+        "retryable": True,
+        "reason": "error",
+        "http_status": None,
+    }
+    entry["errors"].append(
+        {
+            "attempt": entry["attempt"],
+            "at_ms": result.get("finished_at_ms") or now_ms,
+            "error": error,
+            "worker_id": result.get("worker_id"),
+        }
+    )
+    policy = retry_policy_of(state["definition"])
+    series_attempt = entry["attempt"] - entry.get("series_start", 1) + 1
+    can_retry = (
+        error["retryable"]
+        and state["status"] != Status.CANCELLED.value
+        and should_retry(series_attempt, policy)
+    )
+    if can_retry:
+        delay_s = result.get("retry_after_s")
+        if delay_s is None:
+            delay_s = retry_delay_s(series_attempt - 1, policy, rng)
+        entry["status"] = Status.FAILED.value
+        entry["due_at_ms"] = now_ms + int(delay_s * 1000)
+        _move(state, Event.FAIL_RETRYABLE)
+        return
+    state["inflight"].remove(entry)
+    _move(state, Event.FAIL_FINAL)
+    out.dead_letters.append(_dead_letter(state, entry, now_ms))
+    _after_occurrence(state, now_ms, out, entry)
+
+
+def _after_occurrence(state: Record, now_ms: int, out: Outputs, entry: Record) -> None:
+    """An execution ended (success or dead): DAG bookkeeping, queued overlap, next occurrence."""
+    run_id = entry.get("dag_run_id")
+    if run_id and run_id in state["dag_runs"]:
+        state["dag_runs"][run_id] = state["status"]
+    held = state.get("queued_occurrence_ms")
+    if held is not None and not _live(state):
+        state["queued_occurrence_ms"] = None
+        _fire_occurrence(state, held, now_ms, out, trigger="schedule", held=True)
+
+
+def _live(state: Record) -> int:
+    return len(state["inflight"])
+
+
+def _dead_letter(state: Record, entry: Record, now_ms: int) -> Record:
+    return {
+        "execution_id": entry["execution_id"],
+        "job_id": state["job_id"],
+        "name": state["definition"]["name"],
+        "dead_at_ms": now_ms,
+        "attempts": entry["attempt"],
+        "errors": list(entry["errors"]),
+        "request": execution_request(state, entry, now_ms),
+        "dag_id": state["definition"].get("dag_id"),
+        "dag_run_id": entry.get("dag_run_id"),
+    }
+
+
+# --- the timer ---------------------------------------------------------------------------
+
+
+def fire_due(state: Record, now_ms: int, policy: Policy) -> Outputs:
+    """Everything of this job that is due at ``now_ms``: retries, then the next occurrence."""
+    out = Outputs()
+    for entry in state["inflight"]:
+        if entry["status"] == Status.FAILED.value and entry["due_at_ms"] <= now_ms:
+            entry["attempt"] += 1
+            entry["status"] = Status.QUEUED.value
+            due = entry["due_at_ms"]
+            out.executions.append(execution_request(state, entry, now_ms, trigger="retry", due=due))
+            _move(state, Event.RETRY_DUE)
+            out.state_changed = True
+    next_ms = state.get("next_run_at_ms")
+    if (
+        next_ms is not None
+        and next_ms <= now_ms
+        and state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value)
+    ):
+        _fire_schedule(state, next_ms, now_ms, policy, out)
+        out.state_changed = True
+    if out.state_changed:
+        state["updated_at_ms"] = now_ms
+    return out
+
+
+def _fire_schedule(state: Record, due_ms: int, now_ms: int, policy: Policy, out: Outputs) -> None:
+    definition = state["definition"]
+    schedule = schedule_of(definition)
+    if schedule is None:
+        state["next_run_at_ms"] = None
+        return
+    if now_ms - due_ms > policy.misfire_threshold_ms:
+        fires = [
+            _ms(t)
+            for t in misfire_fires(
+                schedule,
+                Misfire(definition["misfire"]),
+                _dt(due_ms - 1),
+                _dt(now_ms),
+                policy.catch_up_cap,
+                policy.catch_up_window_s,
+            )
+        ]
+        trigger = "misfire"
+        after = now_ms
+    else:
+        fires, trigger, after = [due_ms], "schedule", due_ms
+    for t in fires:
+        _fire_occurrence(state, t, now_ms, out, trigger=trigger)
+    if isinstance(schedule, OneTime):
+        state["next_run_at_ms"] = None
+        if not fires and not state["inflight"]:
+            state["status"] = Status.SKIPPED.value  # a missed one-time run under misfire=skip
+    else:
+        nxt = next_fire(schedule, _dt(after))
+        state["next_run_at_ms"] = None if nxt is None else _ms(nxt)
+
+
+def _fire_occurrence(
+    state: Record, scheduled_ms: int, now_ms: int, out: Outputs, *, trigger: str, held: bool = False
+) -> None:
+    """Fire one occurrence of the schedule, subject to the job's overlap policy."""
+    queued = 0 if held else (1 if state.get("queued_occurrence_ms") is not None else 0)
+    decision = overlap_decision(Overlap(state["definition"]["overlap"]), _live(state), queued)
+    state["last_scheduled_at_ms"] = max(state.get("last_scheduled_at_ms") or 0, scheduled_ms)
+    if decision == "skip":
+        return
+    if decision == "queue":
+        state["queued_occurrence_ms"] = scheduled_ms
+        return
+    _emit(state, scheduled_ms, trigger, now_ms, out)
+
+
+def _emit(
+    state: Record,
+    scheduled_ms: int,
+    trigger: str,
+    now_ms: int,
+    out: Outputs,
+    *,
+    salt: str = "",
+    dag_run_id: str | None = None,
+) -> None:
+    execution_id = execution_id_for(state["job_id"], scheduled_ms, trigger, salt)
+    if any(e["execution_id"] == execution_id for e in state["inflight"]):
+        return
+    entry = {
+        "execution_id": execution_id,
+        "attempt": 1,
+        "scheduled_at_ms": scheduled_ms,
+        "due_at_ms": max(scheduled_ms, now_ms) if trigger != "schedule" else scheduled_ms,
+        "status": Status.QUEUED.value,
+        "errors": [],
+        "trigger": trigger,
+        "lease_token": 0,
+        "series_start": 1,
+        "dag_run_id": dag_run_id,
+    }
+    state["inflight"].append(entry)
+    state["fired_count"] += 1
+    if state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value):
+        # whatever the previous occurrence ended in, the job now has a queued execution
+        state["status"] = Status.QUEUED.value
+    out.executions.append(execution_request(state, entry, now_ms))
+    out.state_changed = True
+
+
+def execution_request(
+    state: Record, entry: Record, now_ms: int, *, trigger: str | None = None, due: int | None = None
+) -> Record:
+    definition = state["definition"]
+    return {
+        "execution_id": entry["execution_id"],
+        "job_id": state["job_id"],
+        "name": definition["name"],
+        "attempt": entry["attempt"],
+        "scheduled_at_ms": entry["scheduled_at_ms"],
+        "due_at_ms": entry["due_at_ms"] if due is None else due,
+        "emitted_at_ms": now_ms,
+        "priority": definition["priority"],
+        "target": definition["target"],
+        "payload_json": definition["payload_json"],
+        "timeout_s": definition["timeout_s"],
+        "trigger": trigger or entry["trigger"],
+        "dag_id": definition.get("dag_id"),
+        "dag_run_id": entry.get("dag_run_id"),
+        "dag_key": definition.get("dag_key"),
+    }
+
+
+def describe(state: Record) -> str:
+    """A compact one-line summary for logs and debugging."""
+    return json.dumps(
+        {k: state.get(k) for k in ("job_id", "status", "next_run_at_ms", "fired_count")}
+    )

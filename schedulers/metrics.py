@@ -1,0 +1,29 @@
+"""The scheduler's Prometheus metrics (documented in the README's metrics table)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+LATENESS = Histogram(
+    "duetime_scheduler_emit_lateness_seconds",
+    "Emit time minus due time of execution requests",
+    ["priority"],
+    buckets=LATENESS_BUCKETS,
+)
+EMITTED = Counter(
+    "duetime_executions_emitted_total", "Execution requests emitted", ["priority", "trigger"]
+)
+DEAD_LETTERS = Counter("duetime_dead_letters_total", "Executions that ended dead")
+TXN_ABORTS = Counter(
+    "duetime_transaction_aborts_total", "Scheduler transactions that failed", ["reason"]
+)
+POISON = Counter("duetime_poison_records_total", "Undecodable input records parked", ["topic"])
+PENDING = Gauge(
+    "duetime_scheduler_pending_jobs", "Jobs with a wake-up time per owned partition", ["partition"]
+)
+OWNED = Gauge("duetime_scheduler_owned_partitions", "Partitions this scheduler owns")
+RESTORE_SECONDS = Histogram(
+    "duetime_scheduler_restore_seconds", "Time to restore a partition from its changelog"
+)

@@ -1,0 +1,314 @@
+"""One owned partition: its state store, its transactional producer, its cycle.
+
+A cycle collects the partition's consumed input records and its due jobs, applies the pure
+transform (``logic``), and writes everything in ONE Kafka transaction: execution requests,
+dead letters, state changes and the consumed input offsets (sent with the consumer's group
+metadata). The transactional id is per partition (``<prefix>scheduler.<p>``), so a new owner's
+``init_transactions`` fences the old owner and aborts its open transaction at once instead of
+waiting for it to time out: failover does not pay the transaction timeout.
+
+Errors follow the transactional API's classes (``duetime.core.kafka.classify``):
+abortable → abort, roll the store back, rewind the inputs to the committed offsets, retry;
+unknown outcome (a commit that timed out) → recreate the producer and restore the partition
+from its changelog; fenced / fatal → give the partition up.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from duetime.core.errors import DuetimeError
+from duetime.core.kafka import ErrorClass, classify
+from duetime.core.topics import Topics
+from duetime.schemas.codec import Codec
+
+from . import logic, metrics
+from .store import StateStore
+
+log = logging.getLogger("duetime.scheduler")
+
+WAKE_HEADER = "duetime-wake-ms"
+
+
+class PartitionLost(Exception):
+    """This process no longer owns the partition (fenced or fatal producer error)."""
+
+
+@dataclass
+class Pending:
+    """What the current cycle will write."""
+
+    dirty: dict[str, dict[str, Any]] = field(default_factory=dict)
+    executions: list[dict[str, Any]] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    poison: list[tuple[Message, str]] = field(default_factory=list)
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (
+            self.dirty or self.executions or self.dead_letters or self.poison or self.offsets
+        )
+
+
+class PartitionOwner:
+    def __init__(
+        self,
+        partition: int,
+        *,
+        topics: Topics,
+        codec: Codec,
+        make_producer: Any,
+        restore_consumer: Consumer,
+        store_path: Path | None,
+        window_ms: int,
+        policy: logic.Policy,
+        rng: random.Random,
+    ) -> None:
+        self.partition = partition
+        self.topics = topics
+        self.codec = codec
+        self._make_producer = make_producer
+        self._restore_consumer = restore_consumer
+        self._store_path = store_path
+        self._window_ms = window_ms
+        self.policy = policy
+        self.rng = rng
+        self.store = StateStore(store_path, window_ms)
+        self.pending = Pending()
+        self.producer: Producer = make_producer(partition)
+        self.producer.init_transactions(30)  # fences the previous owner of this partition
+
+    # --- restore --------------------------------------------------------------------------
+
+    def restore(self) -> tuple[int, float]:
+        """Rebuild the store from the partition's state changelog; (records, seconds)."""
+        started = time.monotonic()
+        tp = TopicPartition(self.topics.state, self.partition, OFFSET_BEGINNING)
+        c = self._restore_consumer
+        c.assign([tp])
+        low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+
+        def rows() -> Iterator[tuple[str, int | None, bytes | None]]:
+            if high <= low:
+                return
+            idle_deadline = time.monotonic() + 30
+            while True:
+                msgs = c.consume(num_messages=5000, timeout=1.0)
+                if msgs:
+                    idle_deadline = time.monotonic() + 30
+                elif time.monotonic() > idle_deadline:
+                    raise KafkaException(f"restore of partition {self.partition} stalled for 30 s")
+                done = False
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:  # caught up to the LSO
+                            done = True
+                            continue
+                        raise KafkaException(err)
+                    wake = None
+                    for header in m.headers() or []:
+                        if header[0] == WAKE_HEADER and header[1]:
+                            wake = int(header[1])
+                    yield (m.key() or b"").decode(), wake, m.value()
+                    if (m.offset() or 0) >= high - 1:
+                        done = True
+                if done:
+                    return
+
+        n = self.store.bulk_load(rows())
+        c.unassign()
+        self.store.advance(int(time.time() * 1000))
+        return n, time.monotonic() - started
+
+    # --- a cycle --------------------------------------------------------------------------
+
+    def _state(self, job_id: str) -> dict[str, Any] | None:
+        if job_id in self.pending.dirty:
+            return self.pending.dirty[job_id]
+        raw = self.store.get(job_id)
+        return None if raw is None else self.codec.decode("state", raw)
+
+    def handle(self, msg: Message, now_ms: int) -> None:
+        """Apply one input record (jobs, control or results) to the cycle."""
+        topic, offset = msg.topic() or "", msg.offset() or 0
+        self.pending.offsets[topic] = offset + 1
+        event_type = self.topics.event_type_of(topic)
+        assert event_type is not None
+        new: dict[str, Any] | None
+        try:
+            record = self.codec.decode(
+                event_type, msg.value() or b"", topic=topic, partition=self.partition, offset=offset
+            )
+            job_id = record["job_id"]
+            state = self._state(job_id)
+            if event_type == "job":
+                new, out = logic.on_definition(state, record, now_ms)
+            elif event_type == "control":
+                new, out = logic.on_control(state, record, now_ms, self.policy)
+            else:
+                new, out = logic.on_result(state, record, now_ms, self.rng)
+        except (DuetimeError, KeyError, TypeError, ValueError) as exc:
+            # undecodable, or valid Avro with content no job can have (e.g. a cron that never
+            # fires written past the SDK): park it with its bytes, move on
+            self.pending.poison.append((msg, f"{type(exc).__name__}: {exc}"))
+            metrics.POISON.labels(topic=topic).inc()
+            log.warning(
+                "bad record sent to the poison topic: %s",
+                exc,
+                extra={"topic": topic, "partition": msg.partition(), "offset": msg.offset()},
+            )
+            return
+        self._collect(job_id, new, out)
+
+    def fire(self, now_ms: int, limit: int) -> int:
+        """Fire every job whose wake-up time has come; returns how many jobs were handled."""
+        self.store.advance(now_ms)
+        due = self.store.pop_due(now_ms, limit)
+        for job_id in due:
+            state = self._state(job_id)
+            if state is None:
+                continue
+            wake = logic.wake_at_ms(state)
+            if wake is None or wake > now_ms:
+                continue
+            out = logic.fire_due(state, now_ms, self.policy)
+            self._collect(job_id, state, out)
+        return len(due)
+
+    def _collect(self, job_id: str, state: dict[str, Any] | None, out: logic.Outputs) -> None:
+        if state is not None and out.state_changed:
+            self.pending.dirty[job_id] = state
+        self.pending.executions.extend(out.executions)
+        self.pending.dead_letters.extend(out.dead_letters)
+
+    def next_wake_ms(self) -> int | None:
+        return self.store.next_wake_ms()
+
+    # --- the transaction ------------------------------------------------------------------
+
+    def commit(self, consumer: Consumer, now_ms: int) -> int:
+        """Write the cycle in one transaction; returns the number of executions emitted."""
+        if self.pending.empty():
+            return 0
+        p = self.pending
+        try:
+            self.producer.begin_transaction()
+            for request in p.executions:
+                topic = self.topics.execution(request["priority"])
+                self.producer.produce(
+                    topic,
+                    key=request["job_id"],
+                    value=self.codec.encode("execution", request),
+                    partition=self.partition,
+                )
+            for dead in p.dead_letters:
+                self.producer.produce(
+                    self.topics.dlq,
+                    key=dead["job_id"],
+                    value=self.codec.encode("dead_letter", dead),
+                    partition=self.partition,
+                )
+            for msg, reason in p.poison:
+                self.producer.produce(
+                    self.topics.poison,
+                    key=msg.key(),
+                    value=msg.value(),
+                    partition=self.partition,
+                    headers=[
+                        ("duetime-source-topic", (msg.topic() or "").encode()),
+                        ("duetime-source-partition", str(msg.partition()).encode()),
+                        ("duetime-source-offset", str(msg.offset()).encode()),
+                        ("duetime-error", reason.encode()[:1000]),
+                        ("duetime-role", b"scheduler"),
+                    ],
+                )
+            for job_id, state in p.dirty.items():
+                wake = logic.wake_at_ms(state)
+                value = self.codec.encode("state", state)
+                self.producer.produce(
+                    self.topics.state,
+                    key=job_id,
+                    value=value,
+                    partition=self.partition,
+                    headers=[(WAKE_HEADER, b"" if wake is None else str(wake).encode())],
+                )
+                self.store.put(job_id, wake, value)
+            if p.offsets:
+                self.producer.send_offsets_to_transaction(
+                    [TopicPartition(t, self.partition, o) for t, o in p.offsets.items()],
+                    consumer.consumer_group_metadata(),
+                    10,
+                )
+            self.producer.commit_transaction(10)
+        except KafkaException as exc:
+            self._recover(exc, consumer)
+            return 0
+        self.store.commit()
+        emitted = len(p.executions)
+        for request in p.executions:
+            metrics.EMITTED.labels(priority=request["priority"], trigger=request["trigger"]).inc()
+            metrics.LATENESS.labels(priority=request["priority"]).observe(
+                max(0, now_ms - request["due_at_ms"]) / 1000
+            )
+        metrics.DEAD_LETTERS.inc(len(p.dead_letters))
+        self.pending = Pending()
+        return emitted
+
+    def _recover(self, exc: KafkaException, consumer: Consumer) -> None:
+        kind = classify(exc)
+        metrics.TXN_ABORTS.labels(reason=kind.value).inc()
+        log.warning(
+            "transaction failed (%s): %s", kind.value, exc, extra={"partition": self.partition}
+        )
+        self.pending = Pending()
+        if kind is ErrorClass.FATAL:
+            self.store.rollback()
+            raise PartitionLost(str(exc)) from exc
+        if kind is ErrorClass.RECREATE:
+            # the commit's outcome is unknown: start over from what the log says
+            self.producer = self._make_producer(self.partition)
+            self.producer.init_transactions(30)
+            self.store.close()
+            self.store = StateStore(self._store_path, self._window_ms)
+            self.restore()
+        else:
+            try:
+                self.producer.abort_transaction(10)
+            except KafkaException as abort_exc:
+                if classify(abort_exc) is ErrorClass.FATAL:
+                    raise PartitionLost(str(abort_exc)) from abort_exc
+            self.store.rollback()
+        self._rewind(consumer)
+
+    def _rewind(self, consumer: Consumer) -> None:
+        """An aborted transaction does not move the consumer back: seek to the committed offsets."""
+        inputs = [
+            TopicPartition(t, self.partition)
+            for t in (self.topics.jobs, self.topics.control, self.topics.results)
+        ]
+        for tp in consumer.committed(inputs, timeout=10):
+            tp.offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            consumer.seek(tp)
+
+    def close(self) -> None:
+        try:
+            self.producer.flush(5)
+        finally:
+            self.store.close()

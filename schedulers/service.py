@@ -1,0 +1,201 @@
+"""The scheduler role: a consumer-group member that owns partitions and fires their jobs.
+
+Main loop, one screen: stop requested? → consume with a timeout bounded by the next due time
+→ apply the records to their partitions → fire what is due → commit each partition's cycle in
+its own transaction. Assignment restores a partition from its changelog before anything fires
+for it; revocation drops it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from duetime.core import kafka
+from duetime.core.clock import Clock, SystemClock
+from duetime.core.topics import Topics
+from duetime.schemas.codec import Codec
+
+from . import logic, metrics
+from .partition import PartitionLost, PartitionOwner
+from .settings import SchedulerSettings
+
+log = logging.getLogger("duetime.scheduler")
+
+
+class Scheduler:
+    def __init__(self, settings: SchedulerSettings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.common = settings.common
+        self.clock = clock or SystemClock()
+        self.topics = Topics(self.common.topic_prefix)
+        self.codec = Codec(registry_url=self.common.schema_registry_url)
+        self.owners: dict[int, PartitionOwner] = {}
+        self.policy = logic.Policy(
+            misfire_threshold_ms=int(settings.misfire_threshold_s * 1000),
+            catch_up_cap=settings.catch_up_cap,
+            catch_up_window_s=settings.catch_up_window_s,
+        )
+        self.rng = random.Random()
+        self._stop = threading.Event()
+        self.group_id = f"{self.common.topic_prefix}schedulers"
+        self.consumer: Consumer | None = None
+        self._restore_consumer: Consumer | None = None
+        self.on_restored: Callable[[int, int, float], None] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        self.consumer = kafka.consumer(
+            self.common, self.group_id, **{"session.timeout.ms": self.settings.session_timeout_ms}
+        )
+        # the restore reader needs no group: it reads a state partition from its beginning
+        self._restore_consumer = kafka.consumer(
+            self.common, f"{self.group_id}-restore", **{"enable.partition.eof": True}
+        )
+        self.consumer.subscribe(
+            [self.topics.jobs, self.topics.control, self.topics.results],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        log.info("scheduler started", extra={"role": "scheduler"})
+        try:
+            while not self._stop.is_set():
+                self._cycle()
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        for owner in self.owners.values():
+            owner.close()
+        self.owners.clear()
+        if self.consumer is not None:
+            self.consumer.close()  # leaves the group: partitions move at once
+        if self._restore_consumer is not None:
+            self._restore_consumer.close()
+        metrics.OWNED.set(0)
+        log.info("scheduler stopped")
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _cycle(self) -> None:
+        assert self.consumer is not None
+        msgs = self.consumer.consume(self.settings.batch_size, self._poll_timeout_s())
+        now_ms = self.clock.now_ms()
+        for msg in msgs:
+            if msg.error():
+                log.warning("consume error: %s", msg.error())
+                continue
+            owner = self.owners.get(msg.partition() or 0)
+            if owner is not None:
+                owner.handle(msg, now_ms)
+        for p, owner in list(self.owners.items()):
+            try:
+                owner.fire(now_ms, self.settings.fire_limit)
+                owner.commit(self.consumer, self.clock.now_ms())
+            except PartitionLost as exc:
+                log.error("lost partition %s: %s", p, exc, extra={"partition": p})
+                self._drop(p)
+
+    def _poll_timeout_s(self) -> float:
+        wakes = [w for w in (o.next_wake_ms() for o in self.owners.values()) if w is not None]
+        if not wakes:
+            return self.settings.idle_poll_s
+        wait_ms = min(wakes) - self.clock.now_ms()
+        return min(self.settings.idle_poll_s, max(0.0, wait_ms / 1000))
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    def _make_producer(self, partition: int) -> Producer:
+        return kafka.transactional_producer(
+            self.common, f"{self.common.topic_prefix}scheduler.{partition}"
+        )
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        by_partition: dict[int, set[str]] = {}
+        for tp in partitions:
+            by_partition.setdefault(tp.partition, set()).add(tp.topic)
+        inputs = {self.topics.jobs, self.topics.control, self.topics.results}
+        for p, topics in sorted(by_partition.items()):
+            if topics != inputs:
+                # co-partitioning broken: never fire a partition whose inputs are elsewhere
+                log.error(
+                    "partition %s assigned without all its input topics (%s): not owning it",
+                    p,
+                    sorted(topics),
+                    extra={"partition": p},
+                )
+                continue
+            if p in self.owners:
+                continue
+            self._take(p)
+        metrics.OWNED.set(len(self.owners))
+
+    def _take(self, p: int) -> None:
+        assert self._restore_consumer is not None
+        state_dir = self.settings.state_dir
+        owner = PartitionOwner(
+            p,
+            topics=self.topics,
+            codec=self.codec,
+            make_producer=self._make_producer,
+            restore_consumer=self._restore_consumer,
+            store_path=None if state_dir is None else state_dir / f"p{p}.sqlite",
+            window_ms=int(self.settings.window_s * 1000),
+            policy=self.policy,
+            rng=self.rng,
+        )
+        n, seconds = owner.restore()
+        metrics.RESTORE_SECONDS.observe(seconds)
+        metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
+        self.owners[p] = owner
+        log.info(
+            "owning partition %s: restored %s states in %.2f s",
+            p,
+            n,
+            seconds,
+            extra={"partition": p},
+        )
+        if self.on_restored is not None:
+            self.on_restored(p, n, seconds)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for p in sorted({tp.partition for tp in partitions}):
+            self._drop(p)
+        metrics.OWNED.set(len(self.owners))
+
+    def _drop(self, p: int) -> None:
+        owner = self.owners.pop(p, None)
+        if owner is None:
+            return
+        try:
+            owner.close()
+        except KafkaException as exc:
+            log.warning("closing partition %s: %s", p, exc, extra={"partition": p})
+        metrics.PENDING.remove(str(p)) if str(p) in _labels(metrics.PENDING) else None
+        log.info("released partition %s", p, extra={"partition": p})
+
+
+def _labels(gauge: Any) -> set[str]:
+    return {labels[0] for labels in getattr(gauge, "_metrics", {})}
+
+
+def run(settings: SchedulerSettings) -> int:
+    scheduler = Scheduler(settings)
+    signal.signal(signal.SIGTERM, scheduler.stop)
+    signal.signal(signal.SIGINT, scheduler.stop)
+    started = time.monotonic()
+    scheduler.run()
+    log.info("ran for %.0f s", time.monotonic() - started)
+    return 0

@@ -1,0 +1,46 @@
+"""The scheduler role's configuration, built once from the environment in ``main``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from duetime.core.config import CommonSettings, Env
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    common: CommonSettings
+    state_dir: Path | None = None
+    """Where partition stores live (SQLite files); None keeps them in memory."""
+    window_s: float = 300.0
+    """Jobs waking within this window are indexed in RAM; the rest only on disk."""
+    batch_size: int = 2000
+    fire_limit: int = 20000
+    """At most this many due jobs per partition per cycle, so inputs keep flowing in a burst."""
+    misfire_threshold_s: float = 5.0
+    catch_up_cap: int = 100
+    catch_up_window_s: float = 24 * 3600.0
+    session_timeout_ms: int = 3000
+    idle_poll_s: float = 0.05
+
+    @classmethod
+    def from_env(cls, env: Env) -> SchedulerSettings:
+        state_dir = env.opt_str("DUETIME_SCHEDULER_STATE_DIR")
+        return cls(
+            common=CommonSettings.from_env(env),
+            state_dir=None if state_dir is None else Path(state_dir),
+            window_s=env.number("DUETIME_SCHEDULER_WINDOW_S", cls.window_s, 1, 86400),
+            batch_size=env.integer("DUETIME_SCHEDULER_BATCH", cls.batch_size, 1, 100_000),
+            fire_limit=env.integer("DUETIME_SCHEDULER_FIRE_LIMIT", cls.fire_limit, 1, 1_000_000),
+            misfire_threshold_s=env.number(
+                "DUETIME_MISFIRE_THRESHOLD_S", cls.misfire_threshold_s, 0.1, 86400
+            ),
+            catch_up_cap=env.integer("DUETIME_CATCH_UP_CAP", cls.catch_up_cap, 0, 100_000),
+            catch_up_window_s=env.number(
+                "DUETIME_CATCH_UP_WINDOW_S", cls.catch_up_window_s, 0, 30 * 86400
+            ),
+            session_timeout_ms=env.integer(
+                "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
+            ),
+        )

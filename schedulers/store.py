@@ -1,0 +1,159 @@
+"""A partition's job states on local disk (SQLite), plus the near-term due-time index in RAM.
+
+The compacted ``state`` topic is the source of truth; this store is a cache rebuilt from it on
+every assignment, so it needs no durability of its own (synchronous=OFF). Only jobs that wake
+within ``window_ms`` are held in memory (a heap and a dict); everything else stays on disk,
+indexed by wake-up time, and is loaded as the window moves. That keeps RSS flat with millions
+of far-future jobs.
+
+Writes of one scheduling cycle happen inside one SQLite transaction that is committed only
+after the Kafka transaction commits, and rolled back when it aborts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class StateStore:
+    def __init__(self, path: Path | None, window_ms: int) -> None:
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for suffix in ("", "-journal", "-wal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        self._db = sqlite3.connect(":memory:" if path is None else str(path), isolation_level=None)
+        self._db.execute("PRAGMA synchronous=OFF")  # a cache of the changelog: no fsync needed
+        self._db.execute("PRAGMA journal_mode=MEMORY")  # rollback on an aborted Kafka transaction
+        self._db.execute("PRAGMA cache_size=-16000")  # at most ~16 MB of pages in RAM
+        self._db.execute(
+            "CREATE TABLE state (job_id TEXT PRIMARY KEY, wake_at_ms INTEGER, value BLOB) "
+            "WITHOUT ROWID"
+        )
+        self._db.execute("CREATE INDEX state_wake ON state (wake_at_ms)")
+        self.window_ms = window_ms
+        self._heap: list[tuple[int, str]] = []
+        self._near: dict[str, int] = {}
+        self._loaded_until_ms = -1
+        self._in_txn = False
+
+    # --- transactions ---------------------------------------------------------------------
+
+    def begin(self) -> None:
+        if not self._in_txn:
+            self._db.execute("BEGIN")
+            self._in_txn = True
+
+    def commit(self) -> None:
+        if self._in_txn:
+            self._db.execute("COMMIT")
+            self._in_txn = False
+
+    def rollback(self) -> None:
+        """Undo the cycle's writes and rebuild the in-memory index from what is committed."""
+        if self._in_txn:
+            self._db.execute("ROLLBACK")
+            self._in_txn = False
+        self._heap.clear()
+        self._near.clear()
+        until, self._loaded_until_ms = self._loaded_until_ms, -1
+        self._load(-(2**62), until)
+
+    # --- reads and writes -----------------------------------------------------------------
+
+    def get(self, job_id: str) -> bytes | None:
+        row = self._db.execute("SELECT value FROM state WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put(self, job_id: str, wake_at_ms: int | None, value: bytes) -> None:
+        self.begin()
+        self._db.execute(
+            "INSERT OR REPLACE INTO state (job_id, wake_at_ms, value) VALUES (?, ?, ?)",
+            (job_id, wake_at_ms, value),
+        )
+        self._index(job_id, wake_at_ms)
+
+    def bulk_load(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
+        """Restore: (job_id, wake, value) in changelog order; a None value deletes."""
+        n = 0
+        self.begin()
+        puts: list[tuple[str, int | None, bytes]] = []
+        for job_id, wake, value in rows:
+            n += 1
+            if value is None:
+                if puts:
+                    self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)
+                    puts.clear()
+                self._db.execute("DELETE FROM state WHERE job_id = ?", (job_id,))
+            else:
+                puts.append((job_id, wake, value))
+                if len(puts) >= 5000:
+                    self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)
+                    puts.clear()
+        if puts:
+            self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)
+        self.commit()
+        return n
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM state").fetchone()[0])
+
+    def pending(self) -> int:
+        """Jobs with a wake-up time (scheduled runs or retries)."""
+        return int(
+            self._db.execute("SELECT count(*) FROM state WHERE wake_at_ms IS NOT NULL").fetchone()[
+                0
+            ]
+        )
+
+    # --- the due-time index ---------------------------------------------------------------
+
+    def _index(self, job_id: str, wake_at_ms: int | None) -> None:
+        if wake_at_ms is not None and wake_at_ms <= self._loaded_until_ms:
+            if self._near.get(job_id) != wake_at_ms:
+                self._near[job_id] = wake_at_ms
+                heapq.heappush(self._heap, (wake_at_ms, job_id))
+        else:
+            self._near.pop(job_id, None)
+
+    def _load(self, after_ms: int, until_ms: int) -> None:
+        for job_id, wake in self._db.execute(
+            "SELECT job_id, wake_at_ms FROM state WHERE wake_at_ms > ? AND wake_at_ms <= ?",
+            (after_ms, until_ms),
+        ):
+            self._near[job_id] = wake
+            heapq.heappush(self._heap, (wake, job_id))
+        self._loaded_until_ms = max(self._loaded_until_ms, until_ms)
+
+    def advance(self, now_ms: int) -> None:
+        """Keep the in-memory window covering [now, now + window]."""
+        if self._loaded_until_ms < now_ms + self.window_ms // 2:
+            start = self._loaded_until_ms if self._loaded_until_ms >= 0 else -(2**62)
+            self._load(start, now_ms + self.window_ms)
+
+    def next_wake_ms(self) -> int | None:
+        while self._heap:
+            wake, job_id = self._heap[0]
+            if self._near.get(job_id) == wake:
+                return wake
+            heapq.heappop(self._heap)
+        return None
+
+    def pop_due(self, now_ms: int, limit: int) -> list[str]:
+        """Job ids whose wake-up time has come (removed from the in-memory index)."""
+        due: list[str] = []
+        while self._heap and self._heap[0][0] <= now_ms and len(due) < limit:
+            wake, job_id = heapq.heappop(self._heap)
+            if self._near.get(job_id) == wake:
+                del self._near[job_id]
+                due.append(job_id)
+        return due
+
+    def close(self) -> None:
+        self._db.close()
+        if self.path is not None:
+            for suffix in ("", "-journal"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)

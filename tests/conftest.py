@@ -1,0 +1,163 @@
+"""Session-scoped Kafka and PostgreSQL for every test, and per-test isolation.
+
+Where the servers come from, in order:
+1. ``DUETIME_KAFKA_BOOTSTRAP`` and ``DUETIME_DATABASE_URL`` set: those servers;
+2. a Docker engine answers: testcontainers (Kafka in KRaft mode, PostgreSQL);
+3. otherwise the local processes of ``infra/`` (real Apache Kafka and PostgreSQL), started in
+   ``.duetime/test`` on their own ports and stopped at the end of the session.
+
+Each test that asks for ``settings`` gets its own topic prefix (its topics are created for it
+and deleted afterwards) and its own database cloned from a migrated template. Nothing here
+mocks Kafka or PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from duetime.core.config import CommonSettings, Env
+from duetime.core.topics import Topics
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE_DB = "duetime_template"
+
+
+@dataclass(frozen=True)
+class Services:
+    bootstrap_servers: str
+    admin_database_url: str
+    """A URL whose user may CREATE DATABASE; the database part is replaced per test."""
+    origin: str
+
+    def database_url(self, name: str) -> str:
+        base, _, _ = self.admin_database_url.rpartition("/")
+        return f"{base}/{name}"
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return (
+            subprocess.run(
+                ["docker", "info"], capture_output=True, timeout=5, check=False
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    env = Env()
+    bootstrap = env.opt_str("DUETIME_KAFKA_BOOTSTRAP")
+    database_url = env.opt_str("DUETIME_DATABASE_URL")
+    if bootstrap and database_url:
+        yield Services(bootstrap, database_url, "external")
+        return
+    if _docker_answers():
+        yield from _containers()
+        return
+    from duetime.infra.stack import LocalStack, StackSettings
+
+    stack = LocalStack(
+        StackSettings(
+            home=ROOT / ".duetime" / "test",
+            kafka_port=29092,
+            controller_port=29093,
+            pg_port=25432,
+            kafka_heap_mb=512,
+        )
+    )
+    stack.up()
+    try:
+        yield Services(stack.bootstrap_servers, stack.database_url, "local")
+    finally:
+        stack.down()
+
+
+def _containers() -> Iterator[Services]:
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.postgres import PostgresContainer
+
+    kafka = KafkaContainer().with_kraft()
+    # one broker: the transaction log must accept replication factor 1 (see DESIGN.md)
+    kafka.with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+    kafka.with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+    kafka.with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+    postgres = PostgresContainer(
+        "postgres:16", username="duetime", password="duetime", dbname="duetime", driver=None
+    )
+    with kafka, postgres:
+        yield Services(kafka.get_bootstrap_server(), postgres.get_connection_url(), "docker")
+
+
+@pytest.fixture(scope="session")
+def template_database(services: Services) -> str:
+    """A migrated database that every test's database is cloned from."""
+    from duetime.infra.migrate import migrate
+
+    with psycopg.connect(services.admin_database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE_DB))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
+    migrate(services.database_url(TEMPLATE_DB))
+    return TEMPLATE_DB
+
+
+@pytest.fixture
+def database_url(services: Services, template_database: str) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(services.admin_database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template_database)
+            )
+        )
+    try:
+        yield services.database_url(name)
+    finally:
+        with psycopg.connect(services.admin_database_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def settings(services: Services, database_url: str) -> Iterator[CommonSettings]:
+    """Settings for one test: its own topics (created now, deleted after) and database."""
+    from confluent_kafka.admin import AdminClient
+
+    from duetime.infra.topics import create_topics
+
+    base = CommonSettings.from_env(Env({}))
+    common = replace(
+        base,
+        bootstrap_servers=services.bootstrap_servers,
+        database_url=database_url,
+        topic_prefix=f"t{uuid.uuid4().hex[:10]}.",
+        partitions=int(os.environ.get("DUETIME_TEST_PARTITIONS", "3")),
+        instance_id=f"test-{uuid.uuid4().hex[:6]}",
+    )
+    specs = Topics(common.topic_prefix).specs(common.partitions)
+    create_topics(common.bootstrap_servers, specs)
+    try:
+        yield common
+    finally:
+        admin = AdminClient({"bootstrap.servers": common.bootstrap_servers})
+        for future in admin.delete_topics([s.name for s in specs]).values():
+            with contextlib.suppress(Exception):
+                future.result()

@@ -1,0 +1,240 @@
+"""The scheduler against the real broker: fires, pause/resume/misfire, cancel, trigger, poison."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from duetime.core.config import CommonSettings
+from duetime.core.topics import Topics
+from duetime.producers.sdk import JobClient
+from duetime.schedulers.service import Scheduler
+from duetime.schedulers.settings import SchedulerSettings
+from tests.helpers import TopicReader, execution_reader, wait_for
+
+HTTP_TARGET = {"type": "http", "url": "http://127.0.0.1:9/none"}
+
+
+class Running:
+    """A scheduler in a thread of the test process."""
+
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.scheduler = Scheduler(settings)
+        self.thread = threading.Thread(target=self.scheduler.run, daemon=True)
+        self.thread.start()
+
+    def owned(self) -> int:
+        return len(self.scheduler.owners)
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "scheduler did not stop within 30 s"
+
+
+@pytest.fixture
+def scheduler(settings: CommonSettings) -> Iterator[Running]:
+    running = Running(SchedulerSettings(common=settings, misfire_threshold_s=1.0))
+    wait_for(
+        lambda: running.owned() == settings.partitions, 30, "the scheduler to own all partitions"
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(settings: CommonSettings) -> Iterator[JobClient]:
+    with JobClient(settings=settings) as c:
+        yield c
+
+
+@pytest.fixture
+def executions(settings: CommonSettings) -> Iterator[TopicReader]:
+    reader = execution_reader(settings)
+    yield reader
+    reader.close()
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat().replace("+00:00", "Z")
+
+
+def of_job(reader: TopicReader, job_id: str) -> list[dict[str, Any]]:
+    return [r for r in reader.snapshot() if r["job_id"] == job_id]
+
+
+def test_one_time_job_fires_once_on_time(
+    scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    at = datetime.now(UTC) + timedelta(seconds=1.5)
+    job = client.create_job(name="once", schedule={"at": iso(at)}, target=HTTP_TARGET)
+    got = wait_for(lambda: of_job(executions, job.job_id), 15, "the one-time job to fire")
+    time.sleep(1.5)  # a second fire would show up by now
+    got = of_job(executions, job.job_id)
+    assert len(got) == 1
+    request = got[0]
+    assert request["scheduled_at_ms"] == int(at.timestamp() * 1000)
+    assert request["attempt"] == 1 and request["trigger"] == "schedule"
+    assert request["emitted_at_ms"] >= request["scheduled_at_ms"]
+    assert request["_topic"].endswith("exec.normal")
+
+
+def test_past_one_time_job_runs_now_and_recreate_is_idempotent(
+    scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    body = {
+        "name": "past",
+        "schedule": {"at": "2020-01-01T00:00:00Z"},
+        "target": HTTP_TARGET,
+        "priority": "critical",
+    }
+    job = client.create_job(body)
+    client.create_job({**body, "job_id": job.job_id})  # the same job again: a no-op
+    wait_for(lambda: of_job(executions, job.job_id), 15, "the past job to run now")
+    time.sleep(1.0)
+    got = of_job(executions, job.job_id)
+    assert len(got) == 1 and got[0]["_topic"].endswith("exec.critical")
+
+
+def test_six_field_cron_fires_once_per_occurrence(
+    scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    job = client.create_job(
+        name="every-second", schedule={"cron": "* * * * * *"}, target=HTTP_TARGET, overlap="allow"
+    )
+    wait_for(lambda: len(of_job(executions, job.job_id)) >= 4, 20, "four fires of a 1 s cron")
+    times = [r["scheduled_at_ms"] for r in of_job(executions, job.job_id)]
+    assert all(t % 1000 == 0 for t in times), "fires are on the seconds grid"
+    assert len(times) == len(set(times)), "no occurrence fires twice"
+    assert sorted(times) == times
+    assert all(b - a == 1000 for a, b in itertools.pairwise(times)), times
+
+
+def _pause_then_resume(
+    client: JobClient, executions: TopicReader, misfire: str, paused_s: float
+) -> tuple[list[int], list[dict[str, Any]]]:
+    job = client.create_job(
+        name=f"pause-{misfire}",
+        schedule={"cron": "* * * * * *"},
+        target=HTTP_TARGET,
+        overlap="allow",
+        misfire=misfire,
+    )
+    wait_for(lambda: of_job(executions, job.job_id), 15, "the first fire")
+    client.pause(job.job_id)
+    time.sleep(0.5)  # commands in flight settle
+    paused_at = len(of_job(executions, job.job_id))
+    time.sleep(paused_s)
+    during = len(of_job(executions, job.job_id))
+    assert during == paused_at, "a paused job must not fire"
+    resumed_ms = int(time.time() * 1000)
+    client.resume(job.job_id)
+    time.sleep(0.6)
+    after = of_job(executions, job.job_id)[during:]
+    return [resumed_ms], [r for r in after if r["emitted_at_ms"] <= resumed_ms + 700]
+
+
+@pytest.mark.parametrize("misfire", ["skip", "run_once", "run_all"])
+def test_pause_resume_follows_the_misfire_policy(
+    scheduler: Running, client: JobClient, executions: TopicReader, misfire: str
+) -> None:
+    _, catch_up = _pause_then_resume(client, executions, misfire, paused_s=3.0)
+    missed = [r for r in catch_up if r["trigger"] == "misfire"]
+    if misfire == "skip":
+        assert missed == []
+    elif misfire == "run_once":
+        assert len(missed) == 1
+    else:
+        assert len(missed) >= 3, [r["scheduled_at_ms"] for r in catch_up]
+        times = [r["scheduled_at_ms"] for r in missed]
+        assert len(set(times)) == len(times)
+
+
+def test_cancel_stops_and_trigger_runs_once(
+    scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    manual = client.create_job(name="manual", target=HTTP_TARGET)  # no schedule: trigger only
+    time.sleep(1.0)
+    assert of_job(executions, manual.job_id) == []
+    client.trigger(manual.job_id)
+    wait_for(lambda: of_job(executions, manual.job_id), 15, "the triggered run")
+    time.sleep(1.0)
+    got = of_job(executions, manual.job_id)
+    assert len(got) == 1 and got[0]["trigger"] == "manual"
+
+    cron = client.create_job(
+        name="to-cancel", schedule={"cron": "* * * * * *"}, target=HTTP_TARGET, overlap="allow"
+    )
+    wait_for(lambda: of_job(executions, cron.job_id), 15, "the cron's first fire")
+    client.cancel(cron.job_id)
+    time.sleep(0.5)
+    before = len(of_job(executions, cron.job_id))
+    time.sleep(2.5)
+    assert len(of_job(executions, cron.job_id)) == before, "a cancelled job must not fire"
+
+
+def test_undecodable_records_go_to_the_poison_topic(
+    settings: CommonSettings, scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    topics = Topics(settings.topic_prefix)
+    poison = TopicReader(settings, [topics.poison], None)
+    try:
+        producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+        for value in (b"", b"\xd7\x00\x01garbage", b"not avro at all"):
+            producer.produce(topics.jobs, key=b"k", value=value)
+        producer.flush(10)
+        wait_for(lambda: len(poison.raw) >= 3, 20, "three records on the poison topic")
+        headers = dict(poison.raw[0].headers())
+        assert headers["duetime-source-topic"] == topics.jobs.encode()
+        assert "duetime-error" in headers
+        assert {m.value() for m in poison.raw} == {b"", b"\xd7\x00\x01garbage", b"not avro at all"}
+        # the partition moved on: a valid job after the poison still fires
+        job = client.create_job(
+            name="after-poison", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+        )
+        wait_for(lambda: of_job(executions, job.job_id), 15, "a job after poison records")
+    finally:
+        poison.close()
+
+
+def test_state_survives_a_restart(
+    settings: CommonSettings, client: JobClient, executions: TopicReader
+) -> None:
+    """A new scheduler restores due jobs from the changelog and fires each exactly once."""
+    first = Running(SchedulerSettings(common=settings))
+    wait_for(lambda: first.owned() == settings.partitions, 30, "the first scheduler to own all")
+    base = datetime.now(UTC) + timedelta(seconds=4)
+    jobs = [
+        client.create_job(
+            name=f"r{i}",
+            schedule={"at": iso(base + timedelta(milliseconds=20 * i))},
+            target=HTTP_TARGET,
+            wait=False,
+        )
+        for i in range(50)
+    ]
+    client.flush()
+    time.sleep(1.0)
+    first.stop()
+    second = Running(SchedulerSettings(common=replace(settings, instance_id="second")))
+    try:
+        ids = {j.job_id for j in jobs}
+        wait_for(
+            lambda: ids <= {r["job_id"] for r in executions.snapshot()},
+            30,
+            "all 50 jobs to fire after the restart",
+        )
+        time.sleep(1.0)
+        counts = Counter(r["job_id"] for r in executions.snapshot() if r["job_id"] in ids)
+        assert set(counts.values()) == {1}
+    finally:
+        second.stop()
