@@ -84,3 +84,22 @@ class TopicReader:
 
 def execution_reader(settings: CommonSettings) -> TopicReader:
     return TopicReader(settings, Topics(settings.topic_prefix).executions, "execution")
+
+
+class RunningScheduler:
+    """A scheduler in a thread of the test process (for process-level tests use subprocesses)."""
+
+    def __init__(self, settings: Any) -> None:
+        from duetime.schedulers.service import Scheduler
+
+        self.scheduler = Scheduler(settings)
+        self.thread = threading.Thread(target=self.scheduler.run, daemon=True)
+        self.thread.start()
+
+    def owned(self) -> int:
+        return len(self.scheduler.owners)
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "scheduler did not stop within 30 s"

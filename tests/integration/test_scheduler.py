@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,28 +16,11 @@ from confluent_kafka import Producer
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.service import Scheduler
 from duetime.schedulers.settings import SchedulerSettings
+from tests.helpers import RunningScheduler as Running
 from tests.helpers import TopicReader, execution_reader, wait_for
 
 HTTP_TARGET = {"type": "http", "url": "http://127.0.0.1:9/none"}
-
-
-class Running:
-    """A scheduler in a thread of the test process."""
-
-    def __init__(self, settings: SchedulerSettings) -> None:
-        self.scheduler = Scheduler(settings)
-        self.thread = threading.Thread(target=self.scheduler.run, daemon=True)
-        self.thread.start()
-
-    def owned(self) -> int:
-        return len(self.scheduler.owners)
-
-    def stop(self) -> None:
-        self.scheduler.stop()
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "scheduler did not stop within 30 s"
 
 
 @pytest.fixture
