@@ -383,7 +383,7 @@ def test_a_compatible_change_is_published_as_a_new_version(codec: Codec, tmp_pat
 
     # a shared type changed: every event that embeds it gets a new version, the others do not
     new = Codec(schema_dir=schema_dir)
-    bumped = {short for short in EVENT_TYPES if new.version(short) == 2}
+    bumped = {short for short in EVENT_TYPES if new.version(short) == codec.version(short) + 1}
     assert bumped == {"result", "state", "dead_letter"}
     assert codec_module.main(["check", str(schema_dir)], out=lines.append) == 0
 
