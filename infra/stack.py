@@ -9,6 +9,7 @@ long each part took. ``down()`` stops both. Data lives under ``DUETIME_HOME`` (d
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -111,3 +112,34 @@ class LocalStack:
     def down(self) -> None:
         self.kafka.stop()
         self.postgres.stop()
+
+    # --- sharing one stack between processes (parallel test sessions) ----------------------
+
+    def acquire(self) -> None:
+        """Register this process as a user of the stack (see ``release``)."""
+        users = self.settings.home / "users"
+        users.mkdir(parents=True, exist_ok=True)
+        (users / str(os.getpid())).touch()
+
+    def release(self) -> bool:
+        """Unregister; stop the services when no other live process uses them. True if stopped."""
+        users = self.settings.home / "users"
+        (users / str(os.getpid())).unlink(missing_ok=True)
+        others = [f for f in users.iterdir() if f.name.isdigit() and _alive(int(f.name))]
+        for stale in set(users.iterdir()) - set(others):
+            stale.unlink(missing_ok=True)
+        if others:
+            log.info("stack still used by pids %s: leaving it running", [f.name for f in others])
+            return False
+        self.down()
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

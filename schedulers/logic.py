@@ -63,6 +63,10 @@ class Outputs:
 
     executions: list[Record] = field(default_factory=list)
     dead_letters: list[Record] = field(default_factory=list)
+    controls: list[Record] = field(default_factory=list)
+    """Control commands for other jobs (a DAG run's ``dag_run_start`` to every member)."""
+    dag_run_events: list[Record] = field(default_factory=list)
+    """DagRunEvents (a DAG run started), for the dag_runs topic."""
     state_changed: bool = False
 
 
@@ -124,7 +128,10 @@ def new_state(definition: Record, now_ms: int) -> Record:
     blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
     status = transition(None, Event.CREATE_BLOCKED if blocked else Event.CREATE)
     schedule = None if blocked else schedule_of(definition)
-    first = None if schedule is None else first_fire(schedule, _dt(now_ms))
+    # the schedule starts when the job was created, not when this scheduler first saw it: runs
+    # that fell due while no scheduler was up are misfires, handled by the job's policy
+    created_ms = definition.get("created_at_ms") or now_ms
+    first = None if schedule is None else first_fire(schedule, _dt(created_ms))
     return {
         "job_id": definition["job_id"],
         "definition": definition,
@@ -196,9 +203,13 @@ def on_control(
         if status == Status.CANCELLED.value:
             return state, out
         salt = command["command_id"]
-        _emit(state, command["issued_at_ms"], "manual", now_ms, out, salt=salt)
+        if is_dag_trigger(state):
+            run_id = command.get("dag_run_id")
+            _start_dag_run(state, command["issued_at_ms"], "manual", now_ms, out, salt, run_id)
+        else:
+            _emit(state, command["issued_at_ms"], "manual", now_ms, out, salt=salt)
     elif kind == "replay":
-        if status == Status.CANCELLED.value:
+        if status == Status.CANCELLED.value or is_dag_trigger(state):
             return state, out
         salt = f"{command.get('execution_id')}/{command['command_id']}"
         _emit(state, now_ms, "replay", now_ms, out, salt=salt)
@@ -215,6 +226,7 @@ def on_control(
             return state, out
         state["dag_runs"][run_id] = Status.SKIPPED.value
         _move(state, Event.SKIP)
+        _prune_dag_runs(state)
     elif kind == "dag_run_start":
         run_id = command.get("dag_run_id") or ""
         if run_id in state["dag_runs"]:
@@ -225,6 +237,9 @@ def on_control(
         else:
             state["dag_runs"][run_id] = Status.QUEUED.value
             _emit(state, now_ms, "release", now_ms, out, salt=run_id, dag_run_id=run_id)
+    elif kind == "dag_run_end":
+        if not _end_dag_run(state, command, now_ms, out):
+            return state, out
     else:
         log.warning("unknown control kind %s ignored", kind, extra={"job_id": state["job_id"]})
         return state, out
@@ -337,6 +352,7 @@ def _after_occurrence(state: Record, now_ms: int, out: Outputs, entry: Record) -
     run_id = entry.get("dag_run_id")
     if run_id and run_id in state["dag_runs"]:
         state["dag_runs"][run_id] = state["status"]
+        _prune_dag_runs(state)
     held = state.get("queued_occurrence_ms")
     if held is not None and not _live(state):
         state["queued_occurrence_ms"] = None
@@ -344,6 +360,8 @@ def _after_occurrence(state: Record, now_ms: int, out: Outputs, entry: Record) -
 
 
 def _live(state: Record) -> int:
+    if is_dag_trigger(state):  # what a DAG's overlap policy counts: its runs still going
+        return sum(1 for s in state["dag_runs"].values() if s == Status.RUNNING.value)
     return len(state["inflight"])
 
 
@@ -433,7 +451,10 @@ def _fire_occurrence(
     if decision == "queue":
         state["queued_occurrence_ms"] = scheduled_ms
         return
-    _emit(state, scheduled_ms, trigger, now_ms, out)
+    if is_dag_trigger(state):
+        _start_dag_run(state, scheduled_ms, trigger, now_ms, out)
+    else:
+        _emit(state, scheduled_ms, trigger, now_ms, out)
 
 
 def _emit(
@@ -468,6 +489,119 @@ def _emit(
         state["status"] = Status.QUEUED.value
     out.executions.append(execution_request(state, entry, now_ms))
     out.state_changed = True
+
+
+# --- DAG runs ----------------------------------------------------------------------------
+#
+# A DAG's runs are started by its *trigger job*: a hidden job (label ``duetime.dag``) whose
+# payload lists the DAG's nodes and which carries the DAG's schedule and overlap policy. Its
+# firing (schedule, misfire or a manual trigger) emits, in this scheduler's transaction, a
+# ``dag_run_start`` command for every member and the run's ``started`` event, instead of an
+# execution request; the resolver reports the run's end back with ``dag_run_end``. Its
+# ``dag_runs`` map holds the runs it started: running, then success or dead (= failed).
+
+DAG_LABEL = "duetime.dag"
+"""Label of a DAG's trigger job; its value is the dag_id."""
+MAX_DAG_RUNS_KEPT = 100
+"""Runs remembered per job once they ended (the newest); live runs are never dropped."""
+
+_COMMAND_NS = uuid.UUID("1d1a8f33-70c3-4f7e-a3e5-0c3f4d7b9e21")
+_ENDED = frozenset(
+    {Status.SUCCESS.value, Status.DEAD.value, Status.SKIPPED.value, Status.CANCELLED.value}
+)
+
+
+def is_dag_trigger(state: Record) -> bool:
+    return DAG_LABEL in (state["definition"].get("labels") or {})
+
+
+def _dag_nodes(state: Record) -> list[Record]:
+    nodes: list[Record] = json.loads(state["definition"]["payload_json"])["nodes"]
+    return nodes
+
+
+def _start_dag_run(
+    state: Record,
+    scheduled_ms: int,
+    trigger: str,
+    now_ms: int,
+    out: Outputs,
+    salt: str = "",
+    run_id: str | None = None,
+) -> None:
+    """Start one DAG run: ``dag_run_start`` to every member and the ``started`` event."""
+    run_id = run_id or execution_id_for(state["job_id"], scheduled_ms, trigger, salt)
+    if run_id in state["dag_runs"]:
+        return  # this run was started already
+    dag_id = state["definition"]["labels"][DAG_LABEL]
+    nodes = _dag_nodes(state)
+    for node in nodes:
+        out.controls.append(
+            {
+                "command_id": str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{node['job_id']}")),
+                "job_id": node["job_id"],
+                "kind": "dag_run_start",
+                "issued_at_ms": now_ms,
+                "dag_id": dag_id,
+                "dag_run_id": run_id,
+                "execution_id": None,
+                "reason": trigger,
+                "requested_by": f"dag-trigger:{state['job_id']}",
+            }
+        )
+    out.dag_run_events.append(
+        {
+            "dag_id": dag_id,
+            "dag_run_id": run_id,
+            "kind": "started",
+            "at_ms": now_ms,
+            "status": "running",
+            "node_key": None,
+            "node_status": None,
+            "node_statuses": {
+                n["key"]: (Status.BLOCKED if n["depends_on"] else Status.QUEUED).value
+                for n in nodes
+            },
+            "nodes": [
+                {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
+                for n in nodes
+            ],
+            "trigger_job_id": state["job_id"],
+        }
+    )
+    state["dag_runs"][run_id] = Status.RUNNING.value
+    state["fired_count"] += 1
+    state["last_scheduled_at_ms"] = max(state.get("last_scheduled_at_ms") or 0, scheduled_ms)
+    _prune_dag_runs(state)
+    out.state_changed = True
+
+
+def _end_dag_run(state: Record, command: Record, now_ms: int, out: Outputs) -> bool:
+    """The resolver reports a run's end: count it out, then fire a run held by queue_one."""
+    run_id = command.get("dag_run_id") or ""
+    if state["dag_runs"].get(run_id) != Status.RUNNING.value:
+        return False  # unknown, or already ended: a repeated report does nothing
+    ok = command.get("reason") == "success"
+    state["dag_runs"][run_id] = (Status.SUCCESS if ok else Status.DEAD).value
+    held = state.get("queued_occurrence_ms")
+    if held is not None and not _live(state):
+        state["queued_occurrence_ms"] = None
+        _fire_occurrence(state, held, now_ms, out, trigger="schedule", held=True)
+    _prune_dag_runs(state)
+    return True
+
+
+def _prune_dag_runs(state: Record, keep: int = MAX_DAG_RUNS_KEPT) -> None:
+    """Forget the oldest ended runs beyond ``keep``, so a frequent cron's state stays small.
+
+    A late release for a forgotten run finds no blocked entry and does nothing.
+    """
+    runs = state["dag_runs"]
+    excess = len(runs) - keep
+    if excess <= 0:
+        return
+    for run_id in [r for r, s in runs.items() if s in _ENDED][:excess]:
+        del runs[run_id]
 
 
 def execution_request(

@@ -57,12 +57,20 @@ class Pending:
     dirty: dict[str, dict[str, Any]] = field(default_factory=dict)
     executions: list[dict[str, Any]] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    controls: list[dict[str, Any]] = field(default_factory=list)
+    dag_run_events: list[dict[str, Any]] = field(default_factory=list)
     poison: list[tuple[Message, str]] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not (
-            self.dirty or self.executions or self.dead_letters or self.poison or self.offsets
+            self.dirty
+            or self.executions
+            or self.dead_letters
+            or self.controls
+            or self.dag_run_events
+            or self.poison
+            or self.offsets
         )
 
 
@@ -73,6 +81,7 @@ class PartitionOwner:
         *,
         topics: Topics,
         codec: Codec,
+        producer: Producer,
         make_producer: Any,
         restore_consumer: Consumer,
         store_path: Path | None,
@@ -91,8 +100,8 @@ class PartitionOwner:
         self.rng = rng
         self.store = StateStore(store_path, window_ms)
         self.pending = Pending()
-        self.producer: Producer = make_producer(partition)
-        self.producer.init_transactions(30)  # fences the previous owner of this partition
+        self.producer = producer
+        """Transactional, ``init_transactions`` done: the previous owner is fenced."""
 
     # --- restore --------------------------------------------------------------------------
 
@@ -109,7 +118,9 @@ class PartitionOwner:
                 return
             idle_deadline = time.monotonic() + 30
             while True:
-                msgs = c.consume(num_messages=5000, timeout=1.0)
+                # consume() waits for a full batch or its timeout: keep the timeout short and
+                # check the position, because the last offset is usually a commit marker
+                msgs = c.consume(num_messages=5000, timeout=0.1)
                 if msgs:
                     idle_deadline = time.monotonic() + 30
                 elif time.monotonic() > idle_deadline:
@@ -127,9 +138,7 @@ class PartitionOwner:
                         if header[0] == WAKE_HEADER and header[1]:
                             wake = int(header[1])
                     yield (m.key() or b"").decode(), wake, m.value()
-                    if (m.offset() or 0) >= high - 1:
-                        done = True
-                if done:
+                if done or c.position([tp])[0].offset >= high:
                     return
 
         n = self.store.bulk_load(rows())
@@ -197,6 +206,8 @@ class PartitionOwner:
             self.pending.dirty[job_id] = state
         self.pending.executions.extend(out.executions)
         self.pending.dead_letters.extend(out.dead_letters)
+        self.pending.controls.extend(out.controls)
+        self.pending.dag_run_events.extend(out.dag_run_events)
 
     def next_wake_ms(self) -> int | None:
         return self.store.next_wake_ms()
@@ -224,6 +235,20 @@ class PartitionOwner:
                     key=dead["job_id"],
                     value=self.codec.encode("dead_letter", dead),
                     partition=self.partition,
+                )
+            # commands to other jobs and DAG run events: keyed like the SDK writes them and
+            # placed by the same default partitioner, so they reach their jobs' owners
+            for command in p.controls:
+                self.producer.produce(
+                    self.topics.control,
+                    key=command["job_id"],
+                    value=self.codec.encode("control", command),
+                )
+            for event in p.dag_run_events:
+                self.producer.produce(
+                    self.topics.dag_runs,
+                    key=event["dag_id"],
+                    value=self.codec.encode("dag_run", event),
                 )
             for msg, reason in p.poison:
                 self.producer.produce(
@@ -284,7 +309,6 @@ class PartitionOwner:
         if kind is ErrorClass.RECREATE:
             # the commit's outcome is unknown: start over from what the log says
             self.producer = self._make_producer(self.partition)
-            self.producer.init_transactions(30)
             self.store.close()
             self.store = StateStore(self._store_path, self._window_ms)
             self.restore()

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -38,6 +39,8 @@ class Scheduler:
         self.topics = Topics(self.common.topic_prefix)
         self.codec = Codec(registry_url=self.common.schema_registry_url)
         self.owners: dict[int, PartitionOwner] = {}
+        # revoked in a rebalance but maybe assigned back: (owner, state HWM at revocation)
+        self._suspended: dict[int, tuple[PartitionOwner, int]] = {}
         self.policy = logic.Policy(
             misfire_threshold_ms=int(settings.misfire_threshold_s * 1000),
             catch_up_cap=settings.catch_up_cap,
@@ -61,13 +64,20 @@ class Scheduler:
         )
         # the restore reader needs no group: it reads a state partition from its beginning
         self._restore_consumer = kafka.consumer(
-            self.common, f"{self.group_id}-restore", **{"enable.partition.eof": True}
+            self.common,
+            f"{self.group_id}-restore",
+            **{
+                "enable.partition.eof": True,
+                # requests on a connection are served in order: a fetch parked for the default
+                # 500 ms would delay every watermark query behind it during a failover
+                "fetch.wait.max.ms": 10,
+            },
         )
         self.consumer.subscribe(
             [self.topics.jobs, self.topics.control, self.topics.results],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
+            on_lost=self._on_lost,
         )
         log.info("scheduler started", extra={"role": "scheduler"})
         try:
@@ -77,9 +87,10 @@ class Scheduler:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        for owner in self.owners.values():
-            owner.close()
-        self.owners.clear()
+        for p in list(self.owners):
+            self._drop(p)
+        for p in list(self._suspended):
+            self._close(self._suspended.pop(p)[0], p)
         if self.consumer is not None:
             self.consumer.close()  # leaves the group: partitions move at once
         if self._restore_consumer is not None:
@@ -118,15 +129,19 @@ class Scheduler:
     # --- rebalancing ----------------------------------------------------------------------
 
     def _make_producer(self, partition: int) -> Producer:
-        return kafka.transactional_producer(
+        """A transactional producer for ``partition``, initialised: the old owner is fenced."""
+        producer = kafka.transactional_producer(
             self.common, f"{self.common.topic_prefix}scheduler.{partition}"
         )
+        producer.init_transactions(30)
+        return producer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         by_partition: dict[int, set[str]] = {}
         for tp in partitions:
             by_partition.setdefault(tp.partition, set()).add(tp.topic)
         inputs = {self.topics.jobs, self.topics.control, self.topics.results}
+        to_take = []
         for p, topics in sorted(by_partition.items()):
             if topics != inputs:
                 # co-partitioning broken: never fire a partition whose inputs are elsewhere
@@ -137,18 +152,43 @@ class Scheduler:
                     extra={"partition": p},
                 )
                 continue
-            if p in self.owners:
-                continue
-            self._take(p)
+            if p not in self.owners and not self._resume(p):
+                to_take.append(p)
+        # fencing the previous owners is a broker round trip each: do them side by side
+        with ThreadPoolExecutor(max_workers=min(8, len(to_take) or 1)) as pool:
+            producers = dict(zip(to_take, pool.map(self._make_producer, to_take), strict=True))
+        for p in to_take:
+            self._take(p, producers[p])
+        for p in list(self._suspended):
+            self._close(self._suspended.pop(p)[0], p)
         metrics.OWNED.set(len(self.owners))
 
-    def _take(self, p: int) -> None:
+    def _state_hwm(self, p: int) -> int:
+        assert self._restore_consumer is not None
+        tp = TopicPartition(self.topics.state, p)
+        return int(self._restore_consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1])
+
+    def _resume(self, p: int) -> bool:
+        """Keep a partition that came straight back, if nobody wrote its changelog meanwhile."""
+        suspended = self._suspended.pop(p, None)
+        if suspended is None:
+            return False
+        owner, hwm = suspended
+        if self._state_hwm(p) != hwm:
+            self._close(owner, p)
+            return False
+        self.owners[p] = owner
+        log.info("kept partition %s across the rebalance", p, extra={"partition": p})
+        return True
+
+    def _take(self, p: int, producer: Producer) -> None:
         assert self._restore_consumer is not None
         state_dir = self.settings.state_dir
         owner = PartitionOwner(
             p,
             topics=self.topics,
             codec=self.codec,
+            producer=producer,
             make_producer=self._make_producer,
             restore_consumer=self._restore_consumer,
             store_path=None if state_dir is None else state_dir / f"p{p}.sqlite",
@@ -171,24 +211,34 @@ class Scheduler:
             self.on_restored(p, n, seconds)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Stop firing at once; keep the owner aside in case the partition comes straight back."""
+        for p in sorted({tp.partition for tp in partitions}):
+            owner = self.owners.pop(p, None)
+            if owner is not None:
+                try:
+                    self._suspended[p] = (owner, self._state_hwm(p))
+                except KafkaException:
+                    self._close(owner, p)
+        metrics.OWNED.set(len(self.owners))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Lost (our session expired): another member may own them already. Drop everything."""
         for p in sorted({tp.partition for tp in partitions}):
             self._drop(p)
         metrics.OWNED.set(len(self.owners))
 
     def _drop(self, p: int) -> None:
         owner = self.owners.pop(p, None)
-        if owner is None:
-            return
+        if owner is not None:
+            self._close(owner, p)
+
+    def _close(self, owner: PartitionOwner, p: int) -> None:
         try:
             owner.close()
         except KafkaException as exc:
             log.warning("closing partition %s: %s", p, exc, extra={"partition": p})
-        metrics.PENDING.remove(str(p)) if str(p) in _labels(metrics.PENDING) else None
+        metrics.PENDING.labels(partition=str(p)).set(0)
         log.info("released partition %s", p, extra={"partition": p})
-
-
-def _labels(gauge: Any) -> set[str]:
-    return {labels[0] for labels in getattr(gauge, "_metrics", {})}
 
 
 def run(settings: SchedulerSettings) -> int:

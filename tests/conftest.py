@@ -81,11 +81,12 @@ def services() -> Iterator[Services]:
             kafka_heap_mb=512,
         )
     )
-    stack.up()
+    stack.acquire()
     try:
+        stack.up()
         yield Services(stack.bootstrap_servers, stack.database_url, "local")
     finally:
-        stack.down()
+        stack.release()  # stops the servers unless another test session still uses them
 
 
 def _containers() -> Iterator[Services]:
