@@ -26,6 +26,8 @@ log = logging.getLogger("duetime.dev")
 # (name, command arguments after ``duetime``); each runs as its own process.
 ROLES: list[tuple[str, list[str]]] = [
     ("scheduler", ["scheduler"]),
+    ("worker-1", ["worker"]),
+    ("worker-2", ["worker"]),
 ]
 
 

@@ -1,0 +1,193 @@
+"""Python targets: the ``@duetime.task`` decorator, the :class:`TaskRegistry` and the context a
+task receives.
+
+Role: say which Python callables a worker may run and resolve a job's ``target.ref`` to one.
+
+How a task becomes runnable (nothing is registered as a side effect of an import):
+
+- ``registry = TaskRegistry()`` then ``@registry.task("send-invoice")`` registers on that
+  registry, which the application passes to its worker explicitly
+  (``Worker(settings, registry=registry)``).
+- ``@duetime.task("send-invoice")`` only *marks* the function (it sets an attribute). A worker
+  started with ``DUETIME_WORKER_IMPORTS=myapp.tasks,otherapp.jobs`` imports those modules at
+  start and registers every marked function and every :class:`TaskRegistry` it finds there.
+- A ``ref`` of the form ``package.module:function`` (or ``module:Class.method``) is imported
+  on first use, whether registered or not; a plain name (no colon) must be registered.
+
+A task is called with one argument, an :class:`ExecutionContext`. A sync function runs in a
+thread of its own (abandoned, not killed, when it times out: Python cannot kill a thread); a
+coroutine function is awaited on the worker's event loop and cancelled when it times out.
+Its return value, if JSON-serialisable, becomes the result's ``output_json``. It steers its
+outcome with :class:`~duetime.core.errors.RetryLater` (a retryable failure, optionally with
+its own delay) and :class:`~duetime.core.errors.FailPermanently` (no more retries); any other
+exception is a retryable failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from duetime.core.errors import PermanentError
+
+__all__ = [
+    "TASK_MARK",
+    "ExecutionContext",
+    "TaskRegistry",
+    "UnknownTarget",
+    "task",
+]
+
+TASK_MARK = "__duetime_task__"
+"""The attribute ``@duetime.task(name)`` sets on a function: the name it registers under."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class UnknownTarget(PermanentError):
+    """A ``target.ref`` that names no registered task and imports nothing callable."""
+
+    code = "unknown_target"
+
+
+@dataclass(frozen=True)
+class ExecutionContext:
+    """What a Python task receives: which execution this is and its payload."""
+
+    job_id: str
+    execution_id: str
+    """The idempotency key: the same for every attempt of this execution."""
+    attempt: int
+    scheduled_at: datetime
+    payload: Any
+    name: str = ""
+    priority: str = "normal"
+    trigger: str = "schedule"
+    timeout_s: float = 300.0
+    worker_id: str = ""
+    dag_id: str | None = None
+    dag_run_id: str | None = None
+    dag_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def task(name: str | None = None) -> Callable[[F], F]:
+    """Mark a function as the task ``name`` (default: its qualified name).
+
+    Marking registers nothing: a worker discovers marked functions in the modules listed in
+    ``DUETIME_WORKER_IMPORTS``. Use :meth:`TaskRegistry.task` to register explicitly.
+    """
+
+    def mark(func: F) -> F:
+        _check_name(name or func.__qualname__)
+        setattr(func, TASK_MARK, name or func.__qualname__)
+        return func
+
+    return mark
+
+
+def _check_name(name: str) -> None:
+    if not name or ":" in name or not isinstance(name, str):
+        raise ValueError(f"a task name must be a non-empty string without ':' (got {name!r})")
+
+
+class TaskRegistry:
+    """Names → callables a worker may run. Build one, register on it, pass it to the worker."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Callable[..., Any]] = {}
+        self._imported: dict[str, Callable[..., Any]] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tasks)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def register(self, name: str, func: Callable[..., Any]) -> None:
+        _check_name(name)
+        if not callable(func):
+            raise TypeError(f"task {name!r} is not callable")
+        existing = self._tasks.get(name)
+        if existing is not None and existing is not func:
+            raise ValueError(f"task name {name!r} is already registered to {existing!r}")
+        self._tasks[name] = func
+
+    def task(self, name: str | None = None) -> Callable[[F], F]:
+        """Decorator: register the function on this registry (and mark it)."""
+
+        def register(func: F) -> F:
+            task_name = name or func.__qualname__
+            task(task_name)(func)
+            self.register(task_name, func)
+            return func
+
+        return register
+
+    def update(self, other: TaskRegistry) -> None:
+        for name, func in other._tasks.items():
+            self.register(name, func)
+
+    def discover(self, module_names: Iterable[str]) -> int:
+        """Import ``module_names`` and register their marked functions and registries."""
+        found = 0
+        for module_name in module_names:
+            module = importlib.import_module(module_name)
+            found += self._scan(module)
+        return found
+
+    def _scan(self, module: types.ModuleType) -> int:
+        found = 0
+        for value in list(vars(module).values()):
+            if isinstance(value, TaskRegistry) and value is not self:
+                self.update(value)
+                found += len(value)
+            elif callable(value) and isinstance(getattr(value, TASK_MARK, None), str):
+                self.register(getattr(value, TASK_MARK), value)
+                found += 1
+        return found
+
+    def resolve(self, ref: str) -> Callable[..., Any]:
+        """The callable for ``ref``: a registered name, or ``package.module:attr.path``.
+
+        Raises :class:`UnknownTarget` (permanent) when nothing callable answers to ``ref``.
+        """
+        func = self._tasks.get(ref) or self._imported.get(ref)
+        if func is not None:
+            return func
+        if ":" not in ref:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise UnknownTarget(
+                f"no task named {ref!r} is registered on this worker (registered: {known})"
+            )
+        module_name, _, attr_path = ref.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except Exception as exc:  # an import can raise anything; all mean "cannot run this"
+            raise UnknownTarget(
+                f"cannot import {module_name!r} for target {ref!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        for part in attr_path.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                raise UnknownTarget(f"{module_name!r} has no attribute {attr_path!r}") from None
+        if not callable(obj):
+            raise UnknownTarget(f"target {ref!r} is not callable")
+        self._imported[ref] = obj
+        return obj
+
+
+def is_async(func: Callable[..., Any]) -> bool:
+    """True for coroutine functions (and callables whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+        getattr(func, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    )

@@ -1,0 +1,373 @@
+"""One execution's path through a worker, from claimed slot to committable offset.
+
+``claim lease → publish running → run target (timeout, abort) → complete lease (fenced) →
+publish result → offset done``. The order is the guarantee:
+
+- the lease is completed *before* the result is published, with the token it was claimed
+  with: a worker whose lease was taken over (a zombie after a pause, a partition that moved)
+  finds its completion refused and publishes nothing, so the scheduler never counts it;
+- the offset becomes committable only after the result is acknowledged: a crash anywhere
+  before redelivers the request, and the next worker either claims the expired lease and
+  runs the attempt again (a visible second attempt, same idempotency key) or finds it done
+  and republishes the recorded result (the crash fell between completion and publication);
+- a ``busy`` lease (held by a live worker) is claimed again when it expires; ``stale``
+  (a newer attempt exists) and ``done`` requests are committed without running.
+
+The slot is freed as soon as the target returns, so reporting never holds capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Message
+
+from duetime.core.models import Priority
+from duetime.schemas.codec import Codec
+
+from . import metrics
+from .kafka_io import TP, AsyncProducer
+from .leases import Claim, LeaseStore
+from .results import Outcome, result_record, timed_out
+from .targets import Targets
+
+log = logging.getLogger("duetime.worker")
+
+LOST = "lost"
+HANDED_BACK = "handed_back"
+
+
+@dataclass(eq=False)
+class Item:
+    """A fetched execution request and where it came from."""
+
+    key: str
+    tp: TP
+    offset: int
+    priority: Priority
+    request: dict[str, Any]
+    enqueued_at: float = 0.0
+    token: int | None = None
+    abort: asyncio.Future[str] | None = None
+    """Resolved with LOST or HANDED_BACK to stop the run early."""
+
+    @property
+    def execution_id(self) -> str:
+        return str(self.request["execution_id"])
+
+    def fields(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "job_id": r.get("job_id"),
+            "execution_id": r.get("execution_id"),
+            "attempt": r.get("attempt"),
+        }
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # a cancelled run's late error is expected: do not warn about it
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        codec: Codec,
+        leases: LeaseStore,
+        targets: Targets,
+        producer: AsyncProducer,
+        results_topic: str,
+        poison_topic: str,
+        on_slot_free: Callable[[Item], None],
+        on_finished: Callable[[Item, bool], None],
+        on_lease_wait: Callable[[Item, float], None],
+    ) -> None:
+        self.worker_id = worker_id
+        self.codec = codec
+        self.leases = leases
+        self.targets = targets
+        self.producer = producer
+        self.results_topic = results_topic
+        self.poison_topic = poison_topic
+        self._on_slot_free = on_slot_free
+        self._on_finished = on_finished
+        self._on_lease_wait = on_lease_wait
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._running = 0
+        self._held: dict[str, Item] = {}
+        self._stopping = False
+
+    # --- what the worker asks -------------------------------------------------------------
+
+    def start(self, item: Item) -> None:
+        """Run ``item`` in a task; the caller has already taken its slot."""
+        self._running += 1
+        self._spawn(self._execute(item), item.key)
+
+    def running_count(self) -> int:
+        return self._running
+
+    def held(self) -> list[tuple[str, int]]:
+        """(execution_id, token) of every lease held now (to renew)."""
+        return [(e, i.token) for e, i in self._held.items() if i.token is not None]
+
+    def lose(self, execution_id: str) -> None:
+        """The lease was taken over: stop the run; its result will not be reported."""
+        item = self._held.get(execution_id)
+        if item is not None and item.abort is not None and not item.abort.done():
+            item.abort.set_result(LOST)
+
+    async def abort_all(self, reason: str) -> int:
+        """Stop every running target, release its lease; returns how many were stopped."""
+        self._stopping = True
+        stopped = [i for i in self._held.values() if i.abort is not None and not i.abort.done()]
+        for item in stopped:
+            assert item.abort is not None
+            item.abort.set_result(HANDED_BACK)
+            log.info("handing back: %s", reason, extra=item.fields())
+        held = [(i.execution_id, i.token) for i in stopped if i.token is not None]
+        try:
+            await self.leases.release(held)
+        except Exception as exc:  # the leases then expire after their TTL
+            log.warning("releasing %s leases failed: %s", len(held), exc)
+        return len(stopped)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for the executions still reporting (completing, publishing)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+    def park_poison(self, msg: Message, tp: TP, offset: int, error: str) -> None:
+        """Copy an undecodable request to the poison topic; then its offset is done."""
+        metrics.POISON.labels(topic=tp[0]).inc()
+        log.warning(
+            "undecodable execution request sent to the poison topic: %s",
+            error,
+            extra={"topic": tp[0], "partition": tp[1], "offset": offset},
+        )
+        raw = msg.headers() or []
+        original = list(raw.items()) if isinstance(raw, dict) else list(raw)
+        headers: list[tuple[str, bytes]] = [
+            (str(k), v if isinstance(v, bytes) else str(v or "").encode()) for k, v in original
+        ]
+        headers += [
+            ("duetime-source-topic", tp[0].encode()),
+            ("duetime-source-partition", str(tp[1]).encode()),
+            ("duetime-source-offset", str(offset).encode()),
+            ("duetime-error", error.encode()[:1000]),
+            ("duetime-role", b"worker"),
+        ]
+        item = Item(
+            key=f"poison/{tp}/{offset}", tp=tp, offset=offset, priority=Priority.LOW, request={}
+        )
+        self._spawn(self._park(item, msg.value(), msg.key(), headers), item.key)
+
+    # --- one execution --------------------------------------------------------------------
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, item: Item) -> None:
+        slot = [True]
+
+        def free_slot() -> None:
+            if slot[0]:
+                slot[0] = False
+                self._running -= 1
+                self._on_slot_free(item)
+
+        try:
+            claim = await self._claim(item)
+            if claim is None or claim.token is None:
+                free_slot()
+                if claim is not None:
+                    await self._conflict(item, claim)
+                return
+            item.token = claim.token
+            self._held[item.execution_id] = item
+            outcome, started_ms, finished_ms = await self._run(item)
+            free_slot()
+            if outcome is None:
+                self._release_hold(item)
+                if item.abort is not None and item.abort.result() == LOST:
+                    self._lost(item, "while running")
+                else:
+                    self._on_finished(item, False)
+                return
+            await self._report(item, outcome, started_ms, finished_ms)
+        except Exception:
+            log.exception(
+                "execution handling failed; the request will be redelivered", extra=item.fields()
+            )
+            self._release_hold(item)
+            self._on_finished(item, False)
+        finally:
+            free_slot()
+
+    async def _claim(self, item: Item) -> Claim | None:
+        try:
+            return await self.leases.claim(item.execution_id, item.request["attempt"])
+        except Exception as exc:  # the worker is stopping while PostgreSQL is away
+            log.warning("no lease: %s", exc, extra=item.fields())
+            self._on_finished(item, False)
+            return None
+
+    async def _run(self, item: Item) -> tuple[Outcome | None, int, int]:
+        request = item.request
+        started_ms = _now_ms()
+        metrics.START_LATENESS.labels(priority=item.priority.value).observe(
+            max(0, started_ms - request["due_at_ms"]) / 1000
+        )
+        metrics.STARTED.labels(priority=item.priority.value).inc()
+        assert item.token is not None
+        running = result_record(
+            request,
+            status="running",
+            worker_id=self.worker_id,
+            token=item.token,
+            started_at_ms=started_ms,
+        )
+        sent = await self.producer.send_wait(
+            self.results_topic,
+            self.codec.encode("result", running),
+            key=request["job_id"],
+            partition=item.tp[1],
+        )
+        sent.add_done_callback(_retrieve)  # the final result's delivery is what counts
+        item.abort = asyncio.get_running_loop().create_future()
+        run = asyncio.ensure_future(self.targets.run(request))
+        timeout_s = request["timeout_s"]
+        waiters: set[asyncio.Future[Any]] = {run, item.abort}
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finished_ms = _now_ms()
+        metrics.DURATION.labels(priority=item.priority.value).observe(
+            (finished_ms - started_ms) / 1000
+        )
+        if run.done():
+            return run.result(), started_ms, finished_ms
+        run.cancel()
+        run.add_done_callback(_retrieve)
+        if item.abort.done():
+            return None, started_ms, finished_ms
+        item.abort.set_result("timeout")
+        log.info("attempt timed out after %.3g s", timeout_s, extra=item.fields())
+        return timed_out(timeout_s), started_ms, finished_ms
+
+    async def _report(
+        self, item: Item, outcome: Outcome, started_ms: int, finished_ms: int
+    ) -> None:
+        assert item.token is not None
+        record = result_record(
+            item.request,
+            status=outcome.status,
+            worker_id=self.worker_id,
+            token=item.token,
+            started_at_ms=started_ms,
+            finished_at_ms=finished_ms,
+            outcome=outcome,
+        )
+        value = self.codec.encode("result", record)
+        try:
+            completed = await self.leases.complete(
+                item.execution_id, item.token, outcome.status, value
+            )
+        finally:
+            self._release_hold(item)
+        if not completed:
+            self._lost(item, "before its result was reported")
+            return
+        delivered = await self._publish(item, value)
+        if delivered:
+            metrics.FINISHED.labels(
+                priority=item.priority.value, status=outcome.status, reason=outcome.reason
+            ).inc()
+        self._on_finished(item, delivered)
+
+    async def _publish(self, item: Item, value: bytes) -> bool:
+        """Publish a result until the broker acknowledges it (False: stopped first)."""
+        while True:
+            future = await self.producer.send_wait(
+                self.results_topic, value, key=item.request["job_id"], partition=item.tp[1]
+            )
+            try:
+                await future
+                return True
+            except KafkaException as exc:
+                if self._stopping:
+                    return False
+                log.warning("publishing a result failed, retrying: %s", exc, extra=item.fields())
+                await asyncio.sleep(1.0)
+
+    async def _park(
+        self,
+        item: Item,
+        value: bytes | None,
+        key: bytes | str | None,
+        headers: list[tuple[str, bytes]],
+    ) -> None:
+        while True:
+            future = await self.producer.send_wait(
+                self.poison_topic, value, key=key, partition=item.tp[1], headers=headers
+            )
+            try:
+                await future
+                self._on_finished(item, True)
+                return
+            except KafkaException as exc:
+                if self._stopping:
+                    return
+                log.warning("parking a poison record failed, retrying: %s", exc)
+                await asyncio.sleep(1.0)
+
+    # --- conflicts ------------------------------------------------------------------------
+
+    async def _conflict(self, item: Item, claim: Claim) -> None:
+        kind = claim.conflict or "busy"
+        metrics.LEASE_CONFLICTS.labels(kind=kind).inc()
+        if kind == "busy":
+            log.info(
+                "lease held by %s: waiting %.2f s",
+                claim.owner,
+                claim.retry_in_s,
+                extra=item.fields(),
+            )
+            self._on_lease_wait(item, claim.retry_in_s)
+            return
+        log.info(
+            "attempt already %s (lease of %s): not running it again",
+            "finished" if kind == "done" else "superseded",
+            claim.owner,
+            extra=item.fields(),
+        )
+        if kind == "done" and claim.result is not None:
+            metrics.REPUBLISHED.inc()
+            self._on_finished(item, await self._publish(item, claim.result))
+            return
+        self._on_finished(item, True)
+
+    def _lost(self, item: Item, when: str) -> None:
+        metrics.LEASES_LOST.inc()
+        log.warning(
+            "lease lost %s (token %s taken over): result not reported",
+            when,
+            item.token,
+            extra=item.fields(),
+        )
+        self._on_lease_wait(item, 0.05)
+
+    def _release_hold(self, item: Item) -> None:
+        if self._held.get(item.execution_id) is item:
+            del self._held[item.execution_id]

@@ -1,0 +1,421 @@
+"""Execution leases in PostgreSQL: at most one live attempt per execution, fenced by a token.
+
+A lease is one row of ``leases`` per execution_id (the primary key: a UNIQUE constraint, no
+advisory locks). Every claim takes a new ``fencing_token`` from one sequence, so tokens grow
+with every claim of an execution and a stale holder is recognisable wherever it writes:
+
+- **claim** (one round trip for a whole batch): insert the row, or take it over when the held
+  lease has expired (same attempt) or belongs to an older attempt. Anything else is a
+  conflict, reported with what holds the row: ``busy`` (held, not expired: wait and try again
+  when it expires), ``done`` (this attempt already finished: do not run it again; republish
+  its recorded result) or ``stale`` (a newer attempt exists: drop the request).
+- **renew**: push ``expires_at`` out for the leases whose token is still current. A lease
+  missing from the answer was taken over: its holder has *lost* it. An expired lease that
+  nobody took over is renewed: only a new claim, not the clock, fences a holder out.
+- **complete**: mark the lease ``done`` with its outcome and the encoded result, only where
+  the token still matches (``WHERE fencing_token = …``). A worker publishes a result only
+  after this succeeded, so a zombie's result never reaches the scheduler.
+- **release**: a worker handing work back (shutdown) expires its leases at once, so the next
+  owner need not wait for the TTL.
+
+PostgreSQL being down is not fatal: every call retries with capped backoff (each waiting
+caller stays blocked, nothing runs unleased) until it answers or the worker stops. Every
+time is the database's ``now()``, so workers' clocks do not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from . import metrics
+
+log = logging.getLogger("duetime.worker.leases")
+
+I = TypeVar("I")  # noqa: E741 - the item type of a batch
+O = TypeVar("O")  # noqa: E741 - the answer type of a batch
+
+_CLAIM = """
+INSERT INTO leases AS l
+    (execution_id, attempt, owner, fencing_token, expires_at, state, claimed_at, updated_at)
+SELECT t.e, t.a, %(owner)s, nextval('lease_fencing_tokens'),
+       now() + make_interval(secs => %(ttl_s)s), 'held', now(), now()
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS t(e, a)
+ORDER BY t.e
+ON CONFLICT (execution_id) DO UPDATE
+SET attempt = excluded.attempt, owner = excluded.owner, fencing_token = excluded.fencing_token,
+    expires_at = excluded.expires_at, state = 'held', outcome = NULL, result = NULL,
+    claimed_at = now(), updated_at = now()
+WHERE l.attempt < excluded.attempt
+   OR (l.attempt = excluded.attempt AND l.state = 'held' AND l.expires_at < now())
+RETURNING execution_id::text, fencing_token
+"""
+
+_INSPECT = """
+SELECT execution_id::text, attempt, state, owner,
+       greatest(0, extract(epoch FROM expires_at - now()))::float8, result
+FROM leases WHERE execution_id = ANY(%(ids)s::uuid[])
+"""
+
+_RENEW = """
+UPDATE leases AS l SET expires_at = now() + make_interval(secs => %(ttl_s)s), updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS t(e, tok)
+WHERE l.execution_id = t.e AND l.fencing_token = t.tok AND l.state = 'held'
+RETURNING l.execution_id::text
+"""
+
+_COMPLETE = """
+UPDATE leases AS l
+SET state = 'done', outcome = t.o, result = t.r, expires_at = now(), updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[], %(outcomes)s::text[], %(results)s::bytea[])
+     AS t(e, tok, o, r)
+-- no state check: a token belongs to one claim, so a 'done' row with our token is our own
+-- completion, committed by an earlier try whose answer was lost (completing is idempotent)
+WHERE l.execution_id = t.e AND l.fencing_token = t.tok
+RETURNING l.execution_id::text
+"""
+
+_RELEASE = """
+UPDATE leases AS l SET expires_at = now(), updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS t(e, tok)
+WHERE l.execution_id = t.e AND l.fencing_token = t.tok AND l.state = 'held'
+"""
+
+_PURGE = """
+DELETE FROM leases WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM leases
+    WHERE state = 'done' AND updated_at < now() - make_interval(secs => %(age_s)s)
+    LIMIT %(limit)s))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer to one claim: a token, or why not."""
+
+    token: int | None = None
+    conflict: str | None = None
+    """None (claimed), ``busy``, ``done`` or ``stale``."""
+    retry_in_s: float = 0.0
+    """``busy``: when the holder's lease expires."""
+    result: bytes | None = None
+    """``done``: the result its holder recorded (None if it recorded none)."""
+    owner: str | None = None
+
+
+class DatabaseUnavailable(Exception):
+    """The worker stopped while PostgreSQL was not answering."""
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(
+        exc,
+        psycopg.OperationalError
+        | psycopg.errors.SerializationFailure
+        | psycopg.errors.DeadlockDetected,
+    )
+
+
+class _Batcher(Generic[I, O]):
+    """Gathers concurrent calls into one database round trip.
+
+    Callers ``await submit(item)``; one task takes everything queued so far (up to
+    ``max_batch``) and runs ``flush`` on it while the next batch builds up. Under load a batch
+    is whatever arrived during the previous round trip, so the cost per item falls as the load
+    rises, and a lone call waits for nobody.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        flush: Callable[[list[I]], Awaitable[list[O]]],
+        max_batch: int,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.name = name
+        self._flush = flush
+        self._max_batch = max_batch
+        self._stopping = stopping
+        self._queue: list[tuple[I, asyncio.Future[O]]] = []
+        self._ready = asyncio.Event()
+
+    async def submit(self, item: I) -> O:
+        future: asyncio.Future[O] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        self._ready.set()
+        return await future
+
+    async def run(self) -> None:
+        backoff_s = 0.05
+        while True:
+            await self._ready.wait()
+            batch = [(i, f) for i, f in self._queue[: self._max_batch] if not f.done()]
+            del self._queue[: self._max_batch]
+            if not self._queue:
+                self._ready.clear()
+            if not batch:
+                continue
+            started = time.perf_counter()
+            try:
+                answers = await self._flush([item for item, _ in batch])
+            except Exception as exc:
+                if not _transient(exc) or self._stopping():
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(
+                                exc if not _transient(exc) else DatabaseUnavailable(str(exc))
+                            )
+                    if not _transient(exc):
+                        log.error("lease %s failed", self.name, exc_info=exc)
+                    continue
+                metrics.DB_ERRORS.labels(op=self.name).inc()
+                log.warning(
+                    "PostgreSQL unavailable during lease %s (%s): retrying in %.2f s",
+                    self.name,
+                    exc,
+                    backoff_s,
+                )
+                self._queue[:0] = batch  # retry the same batch first
+                self._ready.set()
+                await asyncio.sleep(backoff_s * (1 + random.random() / 2))
+                backoff_s = min(backoff_s * 2, 5.0)
+                continue
+            backoff_s = 0.05
+            metrics.LEASE_BATCH_SECONDS.labels(op=self.name).observe(time.perf_counter() - started)
+            metrics.LEASE_BATCH_SIZE.labels(op=self.name).observe(len(batch))
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if not future.done():
+                    future.set_result(answer)
+
+    def fail_all(self, exc: BaseException) -> None:
+        for _, future in self._queue:
+            if not future.done():
+                future.set_exception(exc)
+        self._queue.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    execution_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Completion:
+    execution_id: str
+    token: int
+    outcome: str
+    result: bytes
+
+
+class LeaseStore:
+    """The worker's side of ``leases``: batched claim, renew, complete and release."""
+
+    def __init__(
+        self, database_url: str, owner: str, ttl_s: float, pool_size: int = 4, max_batch: int = 500
+    ) -> None:
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self._stopping = False
+        self._pool = AsyncConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            # autocommit: every statement is its own short transaction (no idle-in-transaction)
+            kwargs={"autocommit": True, "application_name": f"duetime-worker {owner}"[:63]},
+            # a short wait for a connection: the batcher's backoff handles an outage
+            timeout=5.0,
+            name="duetime-leases",
+        )
+        self._claims = _Batcher("claim", self._claim_batch, max_batch, self.stopping)
+        self._completions = _Batcher("complete", self._complete_batch, max_batch, self.stopping)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def stopping(self) -> bool:
+        return self._stopping
+
+    async def open(self) -> None:
+        # wait=False: a worker may start while PostgreSQL is still coming up; calls retry
+        await self._pool.open(wait=False)
+        self._tasks = [
+            asyncio.create_task(self._claims.run(), name="lease-claims"),
+            asyncio.create_task(self._completions.run(), name="lease-completions"),
+        ]
+
+    async def close(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._claims.fail_all(DatabaseUnavailable("worker stopped"))
+        self._completions.fail_all(DatabaseUnavailable("worker stopped"))
+        await self._pool.close()
+
+    # --- the public calls -----------------------------------------------------------------
+
+    async def claim(self, execution_id: str, attempt: int) -> Claim:
+        return await self._claims.submit((execution_id, attempt))
+
+    async def complete(self, execution_id: str, token: int, outcome: str, result: bytes) -> bool:
+        """True when the lease was still ours and is now done; False: it was taken over."""
+        return await self._completions.submit(_Completion(execution_id, token, outcome, result))
+
+    async def renew(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Renew these leases; returns the execution_ids whose lease was taken over (lost)."""
+        if not held:
+            return set()
+        rows = await self._execute(
+            _RENEW,
+            {
+                "ttl_s": self.ttl_s,
+                "ids": [e for e, _ in held],
+                "tokens": [t for _, t in held],
+            },
+            "renew",
+        )
+        renewed = {row[0] for row in rows}
+        return {e for e, _ in held if e not in renewed}
+
+    async def release(self, held: Sequence[tuple[str, int]]) -> None:
+        """Expire these leases now (shutdown hands the work back to the next owner)."""
+        if held:
+            await self._execute(
+                _RELEASE,
+                {"ids": [e for e, _ in held], "tokens": [t for _, t in held]},
+                "release",
+                fetch=False,
+                retries=2,
+            )
+
+    async def purge(self, age_s: float, limit: int = 5000) -> int:
+        """Delete up to ``limit`` leases finished more than ``age_s`` ago."""
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(_PURGE, {"age_s": age_s, "limit": limit})
+            return cur.rowcount
+
+    # --- batches --------------------------------------------------------------------------
+
+    async def _claim_batch(self, items: list[tuple[str, int]]) -> list[Claim]:
+        # one statement cannot touch a row twice: a duplicate waits for the next batch
+        firsts: dict[str, int] = {}
+        for execution_id, attempt in items:
+            firsts.setdefault(execution_id, attempt)
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                _CLAIM,
+                {
+                    "owner": self.owner,
+                    "ttl_s": self.ttl_s,
+                    "ids": list(firsts),
+                    "attempts": list(firsts.values()),
+                },
+            )
+            tokens = {row[0]: row[1] for row in await cur.fetchall()}
+            missing = [e for e in firsts if e not in tokens]
+            held: dict[str, tuple[Any, ...]] = {}
+            if missing:
+                cur = await conn.execute(_INSPECT, {"ids": missing})
+                held = {row[0]: row for row in await cur.fetchall()}
+        answers: list[Claim] = []
+        used: set[str] = set()
+        for execution_id, attempt in items:
+            token = tokens.get(execution_id)
+            if token is not None and execution_id not in used:
+                used.add(execution_id)
+                answers.append(Claim(token=token))
+                continue
+            answers.append(_conflict(held.get(execution_id), attempt, self.ttl_s))
+        return answers
+
+    async def _complete_batch(self, items: list[_Completion]) -> list[bool]:
+        answers = [False] * len(items)
+        # one statement cannot touch a row twice: duplicates go into the next chunk
+        for chunk in _unique_chunks(list(enumerate(items))):
+            rows = await self._execute(
+                _COMPLETE,
+                {
+                    "ids": [c.execution_id for _, c in chunk],
+                    "tokens": [c.token for _, c in chunk],
+                    "outcomes": [c.outcome for _, c in chunk],
+                    "results": [c.result for _, c in chunk],
+                },
+                "complete",
+                retries=0,
+            )
+            completed = {row[0] for row in rows}
+            for index, c in chunk:
+                answers[index] = c.execution_id in completed
+        return answers
+
+    async def _execute(
+        self,
+        sql: str,
+        params: dict[str, Any],
+        op: str,
+        *,
+        fetch: bool = True,
+        retries: int | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement; retry transient errors (``retries=None``: until stopping)."""
+        backoff_s = 0.05
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(sql, params)
+                    rows = await cur.fetchall() if fetch else []
+                metrics.LEASE_BATCH_SECONDS.labels(op=op).observe(time.perf_counter() - started)
+                return rows
+            except Exception as exc:
+                if not _transient(exc) or self._stopping:
+                    raise
+                attempt += 1
+                if retries is not None and attempt > retries:
+                    raise
+                metrics.DB_ERRORS.labels(op=op).inc()
+                log.warning(
+                    "PostgreSQL unavailable during lease %s (%s): retrying in %.2f s",
+                    op,
+                    exc,
+                    backoff_s,
+                )
+                await asyncio.sleep(backoff_s * (1 + random.random() / 2))
+                backoff_s = min(backoff_s * 2, 5.0)
+
+
+def _conflict(row: tuple[Any, ...] | None, attempt: int, ttl_s: float) -> Claim:
+    if row is None:  # the row vanished between the two statements (purged): claim again
+        return Claim(conflict="busy", retry_in_s=0.05)
+    _, held_attempt, state, owner, remaining_s, result = row
+    if held_attempt > attempt:
+        return Claim(conflict="stale", owner=owner)
+    if state == "done" and held_attempt == attempt:
+        return Claim(conflict="done", result=None if result is None else bytes(result), owner=owner)
+    # held by another worker and not expired yet: try again just after it expires
+    return Claim(conflict="busy", retry_in_s=min(ttl_s, float(remaining_s)) + 0.05, owner=owner)
+
+
+def _unique_chunks(items: list[tuple[int, _Completion]]) -> list[list[tuple[int, _Completion]]]:
+    chunks: list[list[tuple[int, _Completion]]] = []
+    seen: list[set[str]] = []
+    for item in items:
+        execution_id = item[1].execution_id
+        for chunk, ids in zip(chunks, seen, strict=True):
+            if execution_id not in ids:
+                chunk.append(item)
+                ids.add(execution_id)
+                break
+        else:
+            chunks.append([item])
+            seen.append({execution_id})
+    return chunks

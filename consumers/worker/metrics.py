@@ -1,0 +1,78 @@
+"""The worker's Prometheus metrics (version 1; documented in the README's metrics table).
+
+Names and labels are part of the contract, like the schemas: add freely, never rename.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600)
+
+START_LATENESS = Histogram(
+    "duetime_worker_start_lateness_seconds",
+    "Start of an attempt minus the time it became due",
+    ["priority"],
+    buckets=LATENESS_BUCKETS,
+)
+STARTED = Counter(
+    "duetime_worker_executions_started_total", "Attempts started (lease claimed)", ["priority"]
+)
+FINISHED = Counter(
+    "duetime_worker_executions_finished_total",
+    "Attempts finished and reported, by outcome",
+    ["priority", "status", "reason"],
+)
+DURATION = Histogram(
+    "duetime_worker_execution_seconds",
+    "How long targets ran",
+    ["priority"],
+    buckets=DURATION_BUCKETS,
+)
+INFLIGHT = Gauge("duetime_worker_inflight", "Executions running now (slots in use)")
+BUFFERED = Gauge(
+    "duetime_worker_buffered", "Fetched executions not finished yet (queued, running, reporting)"
+)
+QUEUED = Gauge("duetime_worker_queued", "Executions waiting for a slot", ["priority"])
+PAUSED = Gauge("duetime_worker_paused_partitions", "Assigned partitions paused (buffer full)")
+LEASE_CONFLICTS = Counter(
+    "duetime_worker_lease_conflicts_total",
+    "Claims refused: busy (held elsewhere), done (already finished), stale (newer attempt)",
+    ["kind"],
+)
+LEASES_LOST = Counter(
+    "duetime_worker_leases_lost_total",
+    "Leases taken over by another worker while this one held them (result not reported)",
+)
+LEASE_BATCH_SECONDS = Histogram(
+    "duetime_worker_lease_batch_seconds",
+    "Round trip of one lease statement (a batch)",
+    ["op"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5),
+)
+LEASE_BATCH_SIZE = Histogram(
+    "duetime_worker_lease_batch_size",
+    "Leases per batched statement",
+    ["op"],
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
+)
+DB_ERRORS = Counter(
+    "duetime_worker_db_errors_total", "Lease statements retried because PostgreSQL failed", ["op"]
+)
+CONSUMER_LAG = Gauge(
+    "duetime_worker_consumer_lag",
+    "Records behind the end of the assigned partitions (not yet finished), per topic",
+    ["topic"],
+)
+POISON = Counter(
+    "duetime_worker_poison_records_total", "Undecodable execution requests parked", ["topic"]
+)
+REPUBLISHED = Counter(
+    "duetime_worker_results_republished_total",
+    "Recorded results published again for a redelivered, already finished execution",
+)
+ABANDONED_THREADS = Gauge(
+    "duetime_worker_abandoned_threads", "Threads of timed-out sync tasks still running"
+)
+LOOP_ERRORS = Counter("duetime_worker_loop_errors_total", "Failed housekeeping iterations")

@@ -1,0 +1,542 @@
+"""The worker role: a consumer-group member that runs execution requests, fenced by leases.
+
+One process runs up to ``concurrency`` executions at once on one asyncio event loop (HTTP
+calls and coroutine tasks on the loop, sync tasks in threads). The consumer of the four
+execution topics (group ``<prefix>workers``, read_committed) is polled in its own thread
+(``kafka_io``); records arrive on the loop in batches and wait in one FIFO queue per
+priority until :func:`duetime.core.priority.select_next` picks them (critical first, aging,
+reserved critical slots). Then, per execution (``execution.py``): claim the lease → publish
+``running`` → run the target under its timeout → complete the lease (fenced) → publish the
+result → the offset becomes committable.
+
+Guarantees:
+
+- **At least once.** An offset is committed only when its result (or its poison copy) is
+  acknowledged by all in-sync replicas, and only in order per partition (``offsets.py``).
+  Anything else is redelivered to the partition's next owner.
+- **At most one live attempt per execution; no zombie reports.** See ``leases.py``: a result
+  is published only after the fenced completion succeeded.
+- **Bounded memory.** At most ``buffer`` fetched records are unfinished: beyond that the
+  non-critical topics' partitions are paused; the critical topic keeps flowing (it has its
+  own bound), so a backlog never hides critical work.
+- **Graceful stop** (SIGTERM/SIGINT): stop fetching, drop what has not started, let running
+  executions finish for up to ``shutdown_s``, then cancel the rest and release their leases
+  (uncommitted: redelivered), flush the producer, commit, close the consumer (leave the
+  group).
+
+The main loop is the checklist of STYLE.md; records, slots freeing up and deliveries drive
+the work in between, without polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from duetime.consumers.tasks import TaskRegistry
+from duetime.core import kafka
+from duetime.core.errors import DecodeError
+from duetime.core.models import PRIORITY_ORDER, Priority
+from duetime.core.priority import Waiting, select_next
+from duetime.core.topics import Topics
+from duetime.schemas.codec import Codec
+
+from . import metrics
+from .execution import Executor, Item
+from .kafka_io import TP, AsyncProducer, ConsumerThread
+from .leases import LeaseStore
+from .offsets import OffsetTracker
+from .results import check_request
+from .settings import WorkerSettings
+from .targets import Targets
+
+log = logging.getLogger("duetime.worker")
+
+_HOUSEKEEPING_S = 0.1
+_LAG_EVERY_S = 5.0
+_PURGE_EVERY_S = 600.0
+_RESUME_BELOW = 0.8  # resume paused topics below this share of the buffer (hysteresis)
+
+
+@dataclass
+class _State:
+    """Everything the loop tracks about fetched records (touched only on the loop)."""
+
+    queues: dict[Priority, deque[Waiting]] = field(
+        default_factory=lambda: {p: deque() for p in PRIORITY_ORDER}
+    )
+    items: dict[str, Item] = field(default_factory=dict)
+    running: dict[Priority, int] = field(default_factory=lambda: dict.fromkeys(PRIORITY_ORDER, 0))
+    outstanding: dict[Priority, int] = field(
+        default_factory=lambda: dict.fromkeys(PRIORITY_ORDER, 0)
+    )
+    lease_waits: list[tuple[float, int, str]] = field(default_factory=list)
+    assigned: set[TP] = field(default_factory=set)
+    paused: set[str] = field(default_factory=set)
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings, registry: TaskRegistry | None = None) -> None:
+        self.settings = settings
+        self.common = settings.common
+        self.worker_id = self.common.instance_id
+        self.topics = Topics(self.common.topic_prefix)
+        self.codec = Codec(registry_url=self.common.schema_registry_url)
+        self.registry = TaskRegistry()
+        if registry is not None:
+            self.registry.update(registry)
+        if settings.imports:
+            self.registry.discover(settings.imports)
+        self.offsets = OffsetTracker()
+        self.state = _State()
+        self._priority_of = {self.topics.execution(p): p for p in PRIORITY_ORDER}
+        self._stop = asyncio.Event()
+        self._stopping = False
+        self._started = False
+        self._seq = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.consumer: ConsumerThread | None = None
+        self.producer: AsyncProducer | None = None
+        self._target_producer: AsyncProducer | None = None
+        self.leases: LeaseStore | None = None
+        self.executor: Executor | None = None
+        self._http: httpx.AsyncClient | None = None
+        self.ready = asyncio.Event()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to stop (idempotent; call on the loop, e.g. from a signal handler)."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; then shut down gracefully."""
+        await self._start()
+        try:
+            while not self._stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), _HOUSEKEEPING_S)
+                try:
+                    self._requeue_due_lease_waits()
+                    self._start_ready()
+                    self._apply_backpressure()
+                    self._commit()
+                    self._report_gauges()
+                except Exception:
+                    metrics.LOOP_ERRORS.inc()
+                    log.exception("worker housekeeping failed; carrying on")
+        finally:
+            await self._shutdown()
+
+    async def _start(self) -> None:
+        s = self.settings
+        self._loop = asyncio.get_running_loop()
+        self.leases = LeaseStore(
+            self.common.database_url, self.worker_id, s.lease_ttl_s, pool_size=s.db_pool_size
+        )
+        await self.leases.open()
+        # acks=all (idempotence implies it; said for the reader): a result counts only once
+        # every in-sync replica has it, because its offset is committed right after
+        self.producer = AsyncProducer(
+            kafka.producer(self.common, **{"acks": "all"}), self._loop, "worker-results"
+        )
+        self._http = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=s.concurrency, max_keepalive_connections=64),
+            follow_redirects=False,  # a redirected POST is the target's misconfiguration
+        )
+        targets = Targets(
+            registry=self.registry,
+            http=self._http,
+            kafka_producer=self._kafka_target_producer,
+            worker_id=self.worker_id,
+        )
+        self.executor = Executor(
+            worker_id=self.worker_id,
+            codec=self.codec,
+            leases=self.leases,
+            targets=targets,
+            producer=self.producer,
+            results_topic=self.topics.results,
+            poison_topic=self.topics.poison,
+            on_slot_free=self._slot_freed,
+            on_finished=self._finished,
+            on_lease_wait=self._lease_wait,
+        )
+        consumer = kafka.consumer(
+            self.common,
+            s.group,
+            **{
+                "session.timeout.ms": s.session_timeout_ms,
+                # workers need no co-partitioning: incremental (cooperative) rebalancing lets a
+                # joining or leaving worker move only the partitions that change hands
+                "partition.assignment.strategy": "cooperative-sticky",
+                # our own buffer bounds the work in memory; librdkafka's default prefetch
+                # (64 MiB per partition) would only hold records back behind paused ones
+                "queued.max.messages.kbytes": 4096,
+                "on_commit": self._on_commit,
+            },
+        )
+        self.consumer = ConsumerThread(
+            consumer,
+            self.topics.executions,
+            self._loop,
+            on_records=self._on_records,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
+            batch_size=min(500, s.buffer),
+        )
+        self.consumer.start()
+        self._tasks = [
+            asyncio.create_task(self._renew_leases(), name="renew-leases"),
+            asyncio.create_task(self._report_lag(), name="report-lag"),
+            asyncio.create_task(self._purge_leases(), name="purge-leases"),
+        ]
+        self._started = True
+        self.ready.set()
+        log.info(
+            "worker started: %s slots (%s reserved for critical), buffer %s, lease ttl %.1f s, "
+            "%s registered tasks",
+            s.concurrency,
+            s.reserved_critical,
+            s.buffer,
+            s.lease_ttl_s,
+            len(self.registry),
+            extra={"worker_id": self.worker_id},
+        )
+
+    async def _shutdown(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        self._stopping = True
+        assert self.executor is not None and self.consumer is not None
+        log.info("stopping: no new work; %s running", self.executor.running_count())
+        self._pause(set(self._priority_of))
+        self._drop_queued(lambda item: True)
+        deadline = time.monotonic() + self.settings.shutdown_s
+        while self.executor.running_count() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        handed_back = await self.executor.abort_all("worker stopping")
+        if handed_back:
+            log.warning("handed %s unfinished executions back (leases released)", handed_back)
+        await self.executor.drain(timeout_s=10.0)
+        log.debug("shutdown: executions drained")
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.producer is not None:
+            remaining = await self.producer.flush(10.0)
+            if remaining:
+                log.error("%s results not acknowledged at shutdown", remaining)
+        self._commit()
+        log.debug("shutdown: results flushed, offsets committed")
+        await self.consumer.stop()  # the revoke callback commits; then it leaves the group
+        log.debug("shutdown: consumer closed")
+        for producer in (self.producer, self._target_producer):
+            if producer is not None:
+                await producer.flush(5.0)
+                producer.close()
+        if self._http is not None:
+            await self._http.aclose()
+        if self.leases is not None:
+            await self.leases.close()
+        self.codec.close()
+        log.info("worker stopped")
+
+    def _kafka_target_producer(self) -> AsyncProducer:
+        # a separate producer for users' topics: a failure there must not touch our results
+        if self._target_producer is None:
+            assert self._loop is not None
+            self._target_producer = AsyncProducer(
+                kafka.producer(self.common, **{"acks": "all"}), self._loop, "worker-targets"
+            )
+        return self._target_producer
+
+    # --- records in -----------------------------------------------------------------------
+
+    def _on_records(self, records: list[Message]) -> None:
+        for msg in records:
+            self._accept(msg)
+        self._start_ready()
+
+    def _accept(self, msg: Message) -> None:
+        tp: TP = (msg.topic() or "", msg.partition() or 0)
+        offset = msg.offset() or 0
+        if self._stopping or tp not in self.state.assigned:
+            return  # not tracked, never committed: redelivered to whoever owns it next
+        if not self.offsets.add(tp, offset):
+            return  # already seen in this assignment
+        priority = self._priority_of[tp[0]]
+        try:
+            request = self.codec.decode(
+                "execution", msg.value() or b"", topic=tp[0], partition=tp[1], offset=offset
+            )
+            check_request(request)
+        except (DecodeError, ValueError, KeyError) as exc:
+            assert self.executor is not None
+            self.executor.park_poison(msg, tp, offset, f"{type(exc).__name__}: {exc}")
+            return
+        self._seq += 1  # a key per delivery: a partition can come back while old work runs
+        key = f"{tp[0]}/{tp[1]}/{offset}#{self._seq}"
+        item = Item(key=key, tp=tp, offset=offset, priority=priority, request=request)
+        self.state.items[key] = item
+        self.state.outstanding[priority] += 1
+        self.state.queues[priority].append(Waiting(time.monotonic(), key))
+
+    # --- starting work --------------------------------------------------------------------
+
+    def _start_ready(self) -> None:
+        if self._stopping:
+            return
+        s = self.settings
+        st = self.state
+        assert self.executor is not None
+        while True:
+            chosen = select_next(
+                st.queues,
+                st.running,
+                s.concurrency,
+                s.reserved_critical,
+                s.aging_s,
+                time.monotonic(),
+            )
+            if chosen is None:
+                return
+            waiting = st.queues[chosen].popleft()
+            item = st.items.get(waiting.key)
+            if item is None:
+                continue  # dropped meanwhile (revoked partition)
+            item.enqueued_at = waiting.enqueued_at
+            st.running[chosen] += 1
+            self.executor.start(item)
+
+    def _slot_freed(self, item: Item) -> None:
+        self.state.running[item.priority] -= 1
+        self._start_ready()
+
+    def _finished(self, item: Item, done: bool) -> None:
+        """The item leaves the buffer; ``done``: its offset may be committed."""
+        if self.state.items.pop(item.key, None) is not None:
+            self.state.outstanding[item.priority] -= 1
+        if done:
+            self.offsets.done(item.tp, item.offset)
+
+    def _lease_wait(self, item: Item, delay_s: float) -> None:
+        """Try to claim ``item`` again in ``delay_s`` (its lease is held elsewhere)."""
+        if item.tp not in self.state.assigned or self._stopping:
+            self._finished(item, done=False)
+            return
+        self._seq += 1
+        heapq.heappush(self.state.lease_waits, (time.monotonic() + delay_s, self._seq, item.key))
+
+    def _requeue_due_lease_waits(self) -> None:
+        now = time.monotonic()
+        waits = self.state.lease_waits
+        while waits and waits[0][0] <= now:
+            _, _, key = heapq.heappop(waits)
+            item = self.state.items.get(key)
+            if item is not None:  # back to the head of its queue, keeping its age
+                self.state.queues[item.priority].appendleft(Waiting(item.enqueued_at, key))
+
+    # --- flow control and commits ---------------------------------------------------------
+
+    def _apply_backpressure(self) -> None:
+        buffer = self.settings.buffer
+        out = self.state.outstanding
+        total = sum(out.values())
+        critical = self.topics.execution(Priority.CRITICAL)
+        others = {t for t, p in self._priority_of.items() if p is not Priority.CRITICAL}
+        if total >= buffer:
+            self._pause(others)
+        elif total < buffer * _RESUME_BELOW:
+            self._resume(others)
+        if out[Priority.CRITICAL] >= buffer:
+            self._pause({critical})
+        elif out[Priority.CRITICAL] < buffer * _RESUME_BELOW:
+            self._resume({critical})
+
+    def _pause(self, topics: set[str]) -> None:
+        new = topics - self.state.paused
+        if new and self.consumer is not None:
+            self.state.paused |= new
+            self._set_paused([tp for tp in self.state.assigned if tp[0] in new], True)
+
+    def _resume(self, topics: set[str]) -> None:
+        back = topics & self.state.paused
+        if back and self.consumer is not None and not self._stopping:
+            self.state.paused -= back
+            self._set_paused([tp for tp in self.state.assigned if tp[0] in back], False)
+
+    def _set_paused(self, tps: list[TP], paused: bool) -> None:
+        if not tps or self.consumer is None:
+            return
+        consumer = self.consumer.consumer
+        parts = [TopicPartition(t, p) for t, p in tps]
+        self.consumer.call(lambda: consumer.pause(parts) if paused else consumer.resume(parts))
+
+    def _commit(self) -> None:
+        offsets = self.offsets.to_commit()
+        if not offsets or self.consumer is None:
+            return
+        consumer = self.consumer.consumer
+        parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+        def commit() -> None:
+            try:
+                consumer.commit(offsets=parts, asynchronous=True)
+            except KafkaException as exc:
+                # e.g. a rebalance in progress: the revocation commits synchronously anyway
+                log.debug("commit failed: %s", exc)
+                self._on_commit(exc, parts)
+
+        self.consumer.call(commit)
+
+    def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
+        """Commit report (poll thread): a failed commit is retried at the next round."""
+        failed = [(tp.topic, tp.partition) for tp in partitions if err or tp.error]
+        if failed and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.offsets.uncommitted, failed)
+
+    # --- rebalancing (called on the loop) -------------------------------------------------
+
+    def _on_assigned(self, tps: list[TP]) -> None:
+        self.state.assigned.update(tps)
+        paused = [tp for tp in tps if tp[0] in self.state.paused]
+        self._set_paused(paused, True)
+        log.info("assigned %s partitions (now %s)", len(tps), len(self.state.assigned))
+
+    async def _on_revoked(self, tps: list[TP], lost: bool) -> dict[TP, int]:
+        gone = set(tps)
+        positions = self.offsets.positions(list(gone))
+        for tp in gone:
+            self.offsets.forget(tp)
+        self.state.assigned -= gone
+        self._drop_queued(lambda item: item.tp in gone)
+        log.info(
+            "%s %s partitions (now %s)",
+            "lost" if lost else "revoked",
+            len(gone),
+            len(self.state.assigned),
+        )
+        return positions
+
+    def _drop_queued(self, which: Callable[[Item], bool]) -> None:
+        """Forget queued (not started) items matching ``which``; their owner redelivers them."""
+        st = self.state
+        for priority, queue in st.queues.items():
+            keep: deque[Waiting] = deque()
+            for waiting in queue:
+                item = st.items.get(waiting.key)
+                if item is None:
+                    continue
+                if which(item):
+                    self._finished(item, done=False)
+                else:
+                    keep.append(waiting)
+            st.queues[priority] = keep
+        waits = []
+        for entry in st.lease_waits:
+            item = st.items.get(entry[2])
+            if item is None:
+                continue
+            if which(item):
+                self._finished(item, done=False)
+            else:
+                waits.append(entry)
+        heapq.heapify(waits)
+        st.lease_waits = waits
+
+    # --- beside the loop ------------------------------------------------------------------
+
+    async def _renew_leases(self) -> None:
+        assert self.executor is not None and self.leases is not None
+        while True:
+            await asyncio.sleep(self.settings.renew_interval_s)
+            held = self.executor.held()
+            if not held:
+                continue
+            try:
+                lost = await self.leases.renew(held)
+            except Exception as exc:
+                log.warning("lease renewal failed: %s", exc)
+                continue
+            for execution_id in lost:
+                self.executor.lose(execution_id)
+
+    async def _report_lag(self) -> None:
+        while True:
+            await asyncio.sleep(_LAG_EVERY_S)
+            try:
+                await self._measure_lag()
+            except Exception as exc:
+                log.debug("lag measurement failed: %s", exc)
+
+    async def _measure_lag(self) -> None:
+        if self.consumer is None:
+            return
+        consumer = self.consumer.consumer
+        tps = list(self.state.assigned)
+
+        def ends_and_positions() -> list[tuple[int, int]]:
+            parts = [TopicPartition(*tp) for tp in tps]
+            fetched = consumer.position(parts) if parts else []
+            ends = [consumer.get_watermark_offsets(p, cached=True)[1] for p in parts]
+            return [(end, f.offset) for end, f in zip(ends, fetched, strict=True)]
+
+        future = self.consumer.call(ends_and_positions, wait=True)
+        assert future is not None
+        answers = await future
+        positions = self.offsets.positions()
+        lag = dict.fromkeys(self._priority_of, 0)
+        for tp, (end, fetched) in zip(tps, answers, strict=True):
+            position = positions.get(tp, fetched)
+            if end >= 0 and position >= 0:
+                lag[tp[0]] += max(0, end - position)
+        for topic, value in lag.items():
+            metrics.CONSUMER_LAG.labels(topic=topic).set(value)
+
+    async def _purge_leases(self) -> None:
+        assert self.leases is not None
+        while True:
+            await asyncio.sleep(_PURGE_EVERY_S * (0.5 + random.random()))
+            try:
+                purged = await self.leases.purge(self.settings.lease_retention_s)
+                if purged:
+                    log.info("purged %s finished leases", purged, extra={"count": purged})
+            except Exception as exc:
+                log.warning("purging old leases failed: %s", exc)
+
+    def _report_gauges(self) -> None:
+        st = self.state
+        metrics.INFLIGHT.set(sum(st.running.values()))
+        metrics.BUFFERED.set(sum(st.outstanding.values()))
+        for priority, queue in st.queues.items():
+            metrics.QUEUED.labels(priority=priority.value).set(len(queue))
+        metrics.PAUSED.set(sum(1 for tp in st.assigned if tp[0] in st.paused))
+
+
+def run(settings: WorkerSettings, registry: TaskRegistry | None = None) -> int:
+    """The ``duetime worker`` process: run until SIGTERM or SIGINT."""
+
+    async def main() -> None:
+        worker = Worker(settings, registry)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,87 @@
+"""The worker role's configuration: one frozen object, built and validated once in ``main``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from duetime.core.config import CommonSettings, Env
+from duetime.core.errors import ConfigError
+from duetime.core.priority import reserved_slots
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    common: CommonSettings
+    concurrency: int = 100
+    """Executions running at once in this process (slots)."""
+    critical_share: float = 0.1
+    """Share of the slots only critical work may use (at least one when > 0)."""
+    aging_s: float = 30.0
+    """A waiting non-critical execution is promoted one level per this many seconds."""
+    buffer: int = 1000
+    """Fetched executions not yet finished, at most (the partitions pause beyond it)."""
+    lease_ttl_s: float = 10.0
+    """A lease not renewed for this long may be claimed by another worker."""
+    shutdown_s: float = 30.0
+    """On SIGTERM, how long in-flight executions may still run before being handed back."""
+    imports: tuple[str, ...] = ()
+    """Modules imported at start whose ``@duetime.task`` functions become runnable."""
+    group_id: str | None = None
+    """Consumer group; default ``<prefix>workers`` (separate pools use separate groups)."""
+    session_timeout_ms: int = 3000
+    db_pool_size: int = 4
+    commit_interval_s: float = 0.2
+    """How often finished offsets are committed (asynchronously)."""
+    lease_retention_s: float = 7 * 24 * 3600.0
+    """Finished leases are deleted after this long (the execution topics keep 7 days)."""
+    poll_interval_s: float = 0.002
+    """Idle wait between non-blocking polls of the consumer (start latency vs idle CPU)."""
+
+    @property
+    def reserved_critical(self) -> int:
+        return reserved_slots(self.concurrency, self.critical_share)
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"{self.common.topic_prefix}workers"
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.lease_ttl_s / 3
+
+    @classmethod
+    def from_env(cls, env: Env) -> WorkerSettings:
+        settings = cls(
+            common=CommonSettings.from_env(env),
+            concurrency=env.integer("DUETIME_WORKER_CONCURRENCY", cls.concurrency, 1, 100_000),
+            critical_share=env.number(
+                "DUETIME_WORKER_CRITICAL_SHARE", cls.critical_share, 0.0, 0.99
+            ),
+            aging_s=env.number("DUETIME_WORKER_AGING_S", cls.aging_s, 0.001, 86400.0),
+            buffer=env.integer("DUETIME_WORKER_BUFFER", cls.buffer, 1, 1_000_000),
+            lease_ttl_s=env.number("DUETIME_LEASE_TTL_S", cls.lease_ttl_s, 0.5, 3600.0),
+            shutdown_s=env.number("DUETIME_WORKER_SHUTDOWN_S", cls.shutdown_s, 0.0, 3600.0),
+            imports=env.items("DUETIME_WORKER_IMPORTS"),
+            group_id=env.opt_str("DUETIME_WORKER_GROUP"),
+            session_timeout_ms=env.integer(
+                "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
+            ),
+            db_pool_size=env.integer("DUETIME_WORKER_DB_POOL", cls.db_pool_size, 1, 100),
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.buffer < self.concurrency:
+            raise ConfigError(
+                f"DUETIME_WORKER_BUFFER={self.buffer} must be at least "
+                f"DUETIME_WORKER_CONCURRENCY={self.concurrency}",
+                details={"variable": "DUETIME_WORKER_BUFFER"},
+            )
+        try:
+            self.reserved_critical  # noqa: B018 - validates the share against the slots
+        except ConfigError as exc:
+            raise ConfigError(
+                f"DUETIME_WORKER_CRITICAL_SHARE: {exc.message}",
+                details={"variable": "DUETIME_WORKER_CRITICAL_SHARE"},
+            ) from None
