@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("duetime.devstack", "the whole local stack with a small demo workload"),
     "scheduler": ("duetime.schedulers.cli", "run a scheduler: owns partitions, fires due jobs"),
     "worker": ("duetime.consumers.worker.cli", "run a worker: executes due jobs under leases"),
+    "resolver": ("duetime.consumers.resolver.cli", "run a DAG resolver: releases dependants"),
     "infra": ("duetime.infra.cli", "install, start, stop the local Kafka and PostgreSQL"),
     "topics": ("duetime.infra.cli", "create every topic: topics create"),
     "db": ("duetime.infra.cli", "database migrations: db migrate"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
@@ -19,7 +19,8 @@ from confluent_kafka import KafkaError, Message
 
 from duetime.core import kafka
 from duetime.core.config import CommonSettings, Env
-from duetime.core.errors import RetryableError
+from duetime.core.dag import validate_dag_pairs
+from duetime.core.errors import PayloadTooLarge, RetryableError, ValidationError
 from duetime.core.jobspec import DEFAULT_MAX_PAYLOAD_BYTES, build_job, parse_uuid
 from duetime.core.schedule import first_fire
 from duetime.core.topics import Topics
@@ -34,6 +35,34 @@ class JobCreated:
     status: str
     next_run_at: str | None
     definition: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DagCreated:
+    dag_id: str
+    job_ids: dict[str, str]
+    """DAG key → job_id of each member (stable across updates of the same DAG)."""
+    trigger_job_id: str
+    """The hidden job that starts the DAG's runs (schedule, overlap); pause it to pause them."""
+    next_run_at: str | None
+    definition: dict[str, Any]
+    """The DagDefinition record."""
+
+
+# Member and trigger job ids are derived from the dag_id, so re-publishing a DAG (an update)
+# addresses the same jobs and the SDK and the API need no lookup to trigger a DAG.
+_DAG_NS = uuid.UUID("0b5e7a52-2f3c-4d8e-9c61-3f2a9d4e7b18")
+DAG_LABEL = "duetime.dag"
+"""Label of a DAG's trigger job (value: the dag_id); the scheduler starts runs from it."""
+_DAG_TRIGGER_TARGET = {"type": "python", "ref": "duetime.dag_trigger"}  # never sent to workers
+
+
+def dag_member_job_id(dag_id: str, key: str) -> str:
+    return str(uuid.uuid5(_DAG_NS, f"{dag_id}/job/{key}"))
+
+
+def dag_trigger_job_id(dag_id: str) -> str:
+    return str(uuid.uuid5(_DAG_NS, f"{dag_id}/trigger"))
 
 
 class JobClient:
@@ -129,6 +158,151 @@ class JobClient:
             self.flush()
         return command_id
 
+    # --- DAGs -----------------------------------------------------------------------------
+
+    def build_dag(
+        self,
+        name: str,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        schedule: Mapping[str, Any] | None = None,
+        overlap: str = "skip",
+        dag_id: str | None = None,
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Validate a DAG without publishing it: (DagDefinition, job definitions to publish).
+
+        The job definitions are the members (``dag_id``, ``dag_key``, ``depends_on``, no
+        schedule of their own) followed by the DAG's trigger job, which carries the schedule
+        and the overlap policy of the runs. Unknown or duplicate keys, self-loops and cycles
+        raise :class:`ValidationError` / :class:`DagCycleError` (the cycle's path in
+        ``details["cycle"]``); a bad member names its index and key.
+        """
+        if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Sequence):
+            raise ValidationError("jobs must be a list of job objects", field="jobs")
+        if not all(isinstance(j, Mapping) for j in jobs):
+            raise ValidationError("jobs must be a list of job objects", field="jobs")
+        for i, job in enumerate(jobs):
+            if "key" not in job:
+                raise ValidationError(f"jobs[{i}] has no 'key'", field=f"jobs[{i}].key")
+        validate_dag_pairs((job["key"], job.get("depends_on") or []) for job in jobs)
+        dag_id = parse_uuid(dag_id, "dag_id") if dag_id else str(uuid.uuid4())
+        now_ms = _now_ms()
+        members = [self._member(dag_id, i, job, now_ms) for i, job in enumerate(jobs)]
+        nodes = [
+            {"key": m["dag_key"], "job_id": m["job_id"], "depends_on": list(m["depends_on"])}
+            for m in members
+        ]
+        # the trigger job: the DAG's schedule and overlap policy; its payload lists the nodes
+        trigger = build_job(
+            {
+                "job_id": dag_trigger_job_id(dag_id),
+                "name": name,
+                "schedule": schedule,
+                "target": _DAG_TRIGGER_TARGET,
+                "payload": {"nodes": nodes},
+                "overlap": overlap,
+                "misfire": "run_once",
+                "labels": {DAG_LABEL: dag_id},
+            },
+            now_ms=now_ms,
+            max_payload_bytes=1 << 30,  # the node list: bounded by the DAG's node limit
+        )
+        definition = {
+            "dag_id": dag_id,
+            "name": trigger["name"],
+            "revision": trigger["revision"],
+            "created_at_ms": now_ms,
+            "schedule": trigger["schedule"],
+            "overlap": trigger["overlap"],
+            "nodes": nodes,
+        }
+        return definition, [*members, trigger]
+
+    def _member(
+        self, dag_id: str, index: int, job: Mapping[str, Any], now_ms: int
+    ) -> dict[str, Any]:
+        key = job["key"]
+        if job.get("schedule") is not None:
+            raise ValidationError(
+                f"job {key!r} has a schedule of its own: DAG members run when the DAG runs; "
+                "give the DAG a schedule instead",
+                field=f"jobs[{index}].schedule",
+            )
+        for field in ("dag_id", "dag_key"):
+            if field in job:
+                raise ValidationError(
+                    f"job {key!r}: {field} is set by the DAG", field=f"jobs[{index}].{field}"
+                )
+        body = {k: v for k, v in job.items() if k != "key"}
+        body.update(
+            job_id=job.get("job_id") or dag_member_job_id(dag_id, key),
+            dag_id=dag_id,
+            dag_key=key,
+            depends_on=list(job.get("depends_on") or []),
+        )
+        try:
+            return build_job(body, now_ms=now_ms, max_payload_bytes=self.max_payload_bytes)
+        except ValidationError as exc:
+            field = f"jobs[{index}].{exc.field}" if exc.field else f"jobs[{index}]"
+            details = {k: v for k, v in exc.details.items() if k != "field"}
+            raise type(exc)(f"job {key!r}: {exc.message}", field=field, details=details) from exc
+        except PayloadTooLarge as exc:
+            raise PayloadTooLarge(
+                f"job {key!r}: {exc.message}", details={**exc.details, "key": key}
+            ) from exc
+
+    def create_dag(
+        self,
+        name: str,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        schedule: Mapping[str, Any] | None = None,
+        overlap: str = "skip",
+        dag_id: str | None = None,
+        wait: bool = True,
+    ) -> DagCreated:
+        """Validate and publish a DAG: its members, its trigger job, its DagDefinition.
+
+        ``jobs`` are job bodies (as ``create_job`` takes them) with a ``key`` and an optional
+        ``depends_on`` (keys). ``schedule`` (cron or one-time) starts runs by itself; without
+        one the DAG runs only when triggered. ``overlap`` (skip, allow, queue_one) decides what
+        a due run does while an earlier run of the DAG is still going. Passing the ``dag_id``
+        of an existing DAG updates it (validated the same way: a cycle is refused); runs
+        already going keep the shape they started with. Nothing is published on an error.
+        """
+        definition, job_definitions = self.build_dag(
+            name, jobs, schedule=schedule, overlap=overlap, dag_id=dag_id
+        )
+        # members first, then the trigger job: a run never starts before its members exist
+        for job in job_definitions:
+            self.publish_definition(job, wait=False)
+        dag_id = definition["dag_id"]
+        self._send(self.topics.dags, dag_id, self.codec.encode("dag", definition))
+        if wait:
+            self.flush()
+        trigger = job_definitions[-1]
+        return DagCreated(
+            dag_id=dag_id,
+            job_ids={j["dag_key"]: j["job_id"] for j in job_definitions[:-1]},
+            trigger_job_id=trigger["job_id"],
+            next_run_at=_first_run(trigger),
+            definition=definition,
+        )
+
+    def trigger_dag(self, dag_id: str, *, wait: bool = True) -> str:
+        """Start a run of the DAG now; returns its dag_run_id.
+
+        The DAG's trigger job starts it in the scheduler's transaction: a ``dag_run_start``
+        to every member (roots run at once, the others are blocked in the run) and the run's
+        ``started`` event. A manual run does not wait for earlier runs (no overlap policy).
+        """
+        dag_id = parse_uuid(dag_id, "dag_id")
+        dag_run_id = str(uuid.uuid4())
+        self.command(
+            dag_trigger_job_id(dag_id), "trigger", wait=wait, dag_id=dag_id, dag_run_id=dag_run_id
+        )
+        return dag_run_id
+
     # --- delivery -------------------------------------------------------------------------
 
     def _send(self, topic: str, key: str, value: bytes) -> None:
@@ -188,4 +362,11 @@ def _first_run(definition: Mapping[str, Any]) -> str | None:
     return None if first is None else first.isoformat().replace("+00:00", "Z")
 
 
-__all__ = ["CONTROL_KINDS", "JobClient", "JobCreated"]
+__all__ = [
+    "CONTROL_KINDS",
+    "DagCreated",
+    "JobClient",
+    "JobCreated",
+    "dag_member_job_id",
+    "dag_trigger_job_id",
+]

@@ -1,0 +1,279 @@
+"""The resolver as a faust-streaming application: two agents, two tables.
+
+Data flow::
+
+    results, dlq, dag_runs ──route──► <prefix>resolver.by_run (key dag_run_id) ──resolve──►
+        control (release, skip, dag_run_end)     dag_runs (node_status, completed)
+
+Why two hops: a run's progress lives in faust tables keyed by dag_run_id, and a faust table
+is partitioned like the stream that writes it (its changelog partition is the partition of
+the event being handled). The inputs are keyed by job_id (results, dlq) and dag_id
+(dag_runs), so a run's events are spread over every partition. ``route`` re-keys each
+DAG-run event by its dag_run_id into an internal topic (what ``stream.group_by`` does, with
+the original Avro bytes and a header naming the event type); ``resolve`` then sees every event
+of a run on one partition, in order, and owns that run's table entries together with the
+partition: a changelog restore or a standby brings them back on whichever process gets it.
+
+Guarantees: at-least-once (faust flushes what an agent sent, changelog writes included,
+before it commits the offsets of what was consumed), idempotent outputs (``progress``), and
+read_committed input: the dlq and the started events are written in scheduler transactions,
+and a resolver must not act on an aborted dead letter. faust 0.15 reads read_uncommitted
+unless ``processing_guarantee="exactly_once"``, whose own reports of duplicates and crashes
+DESIGN.md tells us to avoid; :class:`_ReadCommittedThread` sets the isolation level alone.
+
+Partitioning of what it writes: control commands must reach the scheduler owning the job,
+i.e. the partition the SDK's librdkafka producer chose for the job id (CRC-32 of the key,
+librdkafka's ``consistent_random``). faust's aiokafka producer partitions by murmur2, so the
+partition is computed here (:func:`librdkafka_partition`) and passed explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from duetime.core.dag import children
+from duetime.core.topics import Topics
+from duetime.schemas.codec import Codec, DecodeError
+
+from . import metrics, progress
+from .settings import TABLES, ResolverSettings
+
+log = logging.getLogger("duetime.resolver")
+
+EVENT_HEADER = "duetime-event"
+"""On the by_run topic: the Avro event type of the value (result, dead_letter, dag_run)."""
+
+
+def librdkafka_partition(key: str, partitions: int) -> int:
+    """The partition librdkafka's default partitioner picks for ``key`` (CRC-32 mod n)."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+# --- faust plumbing: read_committed without exactly_once -----------------------------------
+
+
+class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # faust hard-codes read_uncommitted outside exactly_once; aiokafka reads this attribute
+        # when the consumer starts (checked against aiokafka 0.14)
+        consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> Any:
+        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _Transport(faust_aiokafka.Transport):
+    Consumer = _Consumer
+
+
+class ResolverApp(faust.App):
+    def _new_transport(self) -> Any:
+        return _Transport(self.conf.broker_consumer, self)
+
+
+# --- the app -------------------------------------------------------------------------------
+
+
+def build_app(settings: ResolverSettings) -> faust.App:
+    """A configured resolver app with its agents registered (nothing runs until a worker)."""
+    common = settings.common
+    app = ResolverApp(
+        settings.app_id,
+        broker=[f"kafka://{server.strip()}" for server in common.bootstrap_servers.split(",")],
+        # the changelog topics are the durable copy: a restarted resolver restores from them
+        store="memory://",
+        # not exactly_once: faust's transactional mode has open duplicate and crash reports
+        processing_guarantee="at_least_once",
+        topic_partitions=common.partitions,
+        topic_replication_factor=common.replication_factor,
+        table_standby_replicas=settings.standby_replicas,
+        # fast failure detection, as every role (the default is 60 s)
+        broker_session_timeout=settings.session_timeout_ms / 1000,
+        broker_heartbeat_interval=min(0.5, settings.session_timeout_ms / 3000),
+        broker_commit_interval=settings.commit_interval_s,
+        broker_client_id=f"duetime-resolver-{common.instance_id}",
+        producer_acks=-1,  # a release must survive a broker restart once the input is committed
+        web_enabled=False,
+        autodiscover=False,
+    )
+    Resolver(app, settings)
+    return app
+
+
+class Resolver:
+    """The two agents and the tables, registered on ``app`` explicitly."""
+
+    def __init__(self, app: faust.App, settings: ResolverSettings) -> None:
+        common = settings.common
+        self.app = app
+        self.partitions = common.partitions
+        self.codec = Codec(registry_url=common.schema_registry_url)
+        self.topics = Topics(common.topic_prefix)
+        raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
+        self.inputs = app.topic(self.topics.results, self.topics.dlq, self.topics.dag_runs, **raw)
+        self.by_run = app.topic(
+            settings.by_run_topic, partitions=self.partitions, internal=True, **raw
+        )
+        self.control = app.topic(self.topics.control, **raw)
+        self.dag_runs = app.topic(self.topics.dag_runs, **raw)
+        progress_table, shapes_table = TABLES
+        self.progress = app.Table(
+            progress_table, default=None, partitions=self.partitions, help="run → progress"
+        )
+        self.shapes = app.Table(
+            shapes_table, default=None, partitions=self.partitions, help="run → its nodes"
+        )
+        self._kids: dict[str, Mapping[str, list[str]]] = {}  # a cache of the shapes' child maps
+        app.agent(self.inputs, name="duetime.resolver.route")(self.route)
+        app.agent(self.by_run, name="duetime.resolver.resolve")(self.resolve)
+
+    # --- agent 1: re-key by dag_run_id -----------------------------------------------------
+
+    async def route(self, stream: Any) -> None:
+        async for event in stream.events():
+            message = event.message
+            topic = message.topic
+            event_type = self.topics.event_type_of(topic)
+            try:
+                record = self.codec.decode(
+                    event_type or "", event.value, topic=topic, partition=message.partition
+                )
+            except DecodeError as exc:
+                metrics.BAD_RECORDS.labels(topic=topic).inc()
+                log.warning("undecodable record skipped: %s", exc, extra={"topic": topic})
+                continue
+            run_id = _run_of(event_type, record)
+            if run_id is not None:
+                await self.by_run.send(
+                    key=run_id.encode(),
+                    value=event.value,
+                    headers={EVENT_HEADER: (event_type or "").encode()},
+                )
+
+    # --- agent 2: one run's events, in order -----------------------------------------------
+
+    async def resolve(self, stream: Any) -> None:
+        async for event in stream.events():
+            run_id = event.key.decode()
+            event_type = _header(event.message.headers, EVENT_HEADER)
+            record = self.codec.decode(event_type, event.value, topic=event.message.topic)
+            actions = self.apply(run_id, event_type, record, _now_ms())
+            for command in actions.commands:
+                metrics.COMMANDS.labels(kind=command["kind"]).inc()
+                await self.control.send(
+                    key=command["job_id"].encode(),
+                    value=self.codec.encode("control", command),
+                    partition=librdkafka_partition(command["job_id"], self.partitions),
+                )
+            for dag_event in actions.events:
+                if dag_event["kind"] == "completed":
+                    metrics.RUNS_COMPLETED.labels(outcome=dag_event["status"]).inc()
+                await self.dag_runs.send(
+                    key=dag_event["dag_id"].encode(),
+                    value=self.codec.encode("dag_run", dag_event),
+                    partition=librdkafka_partition(dag_event["dag_id"], self.partitions),
+                )
+            if event_type == "result" and record["status"] == "success":
+                finished_ms = record.get("finished_at_ms")
+                if finished_ms and any(c["kind"] == "release" for c in actions.commands):
+                    metrics.RELEASE_DELAY.observe(max(0, _now_ms() - finished_ms) / 1000)
+
+    def apply(self, run_id: str, event_type: str, record: dict[str, Any], now_ms: int) -> Any:
+        """Apply one event to the run's tables; returns the Actions to send."""
+        stored = self.progress.get(run_id)
+        state = (
+            progress.new_progress(run_id, record.get("dag_id"), now_ms)
+            if stored is None
+            else {**stored, "statuses": dict(stored["statuses"])}  # never mutate the store
+        )
+        shape = self.shapes.get(run_id)
+        if event_type == "dag_run":
+            metrics.EVENTS.labels(kind="started").inc()
+            if shape is None and state["done"] is None:
+                shape = progress.shape_of(record)
+                self.shapes[run_id] = shape
+            actions = progress.on_started(state, shape, self._children(run_id, shape), now_ms)
+        else:
+            key, status = _node_of(event_type, record, shape)
+            metrics.EVENTS.labels(kind=status).inc()
+            if key is None:
+                log.warning(
+                    "a DAG-run result without a dag_key ignored",
+                    extra={"dag_run_id": run_id, "job_id": record.get("job_id")},
+                )
+                return progress.Actions()
+            kids = None if shape is None else self._children(run_id, shape)
+            actions = progress.on_node(state, shape, kids, key, status, now_ms)
+        if actions.progress_changed:
+            self.progress[run_id] = state
+        if state["done"] is not None and shape is not None:
+            # the run is over: only its progress (statuses, outcome) is kept
+            del self.shapes[run_id]
+            self._kids.pop(run_id, None)
+        return actions
+
+    def _children(self, run_id: str, shape: dict[str, Any] | None) -> Mapping[str, list[str]]:
+        if shape is None:
+            return {}
+        kids = self._kids.get(run_id)
+        if kids is None:
+            kids = self._kids[run_id] = children(shape["nodes"])
+        return kids
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _run_of(event_type: str | None, record: dict[str, Any]) -> str | None:
+    """The dag_run_id of a record the resolver cares about, or None."""
+    if event_type == "dag_run":
+        return record["dag_run_id"] if record["kind"] == "started" else None
+    if event_type in ("result", "dead_letter"):
+        run_id: str | None = record.get("dag_run_id")
+        return run_id
+    return None
+
+
+_RESULT_STATUS: dict[str, progress.NodeEvent] = {
+    "running": "running",
+    "success": "success",
+    "failure": "failed",
+}
+
+
+def _node_of(
+    event_type: str, record: dict[str, Any], shape: dict[str, Any] | None
+) -> tuple[str | None, progress.NodeEvent]:
+    if event_type == "dead_letter":
+        key = record["request"].get("dag_key")
+        status: progress.NodeEvent = "dead"
+    else:
+        key = record.get("dag_key")
+        status = _RESULT_STATUS[record["status"]]
+    if key is None and shape is not None:
+        by_job = {job_id: k for k, job_id in shape["job_ids"].items()}
+        key = by_job.get(record["job_id"])
+    return key, status
+
+
+def _header(headers: Any, name: str) -> str:
+    items = headers.items() if isinstance(headers, Mapping) else (headers or [])
+    for key, value in items:
+        if key == name:
+            return bytes(value).decode()
+    raise KeyError(f"record without the {name} header")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,47 @@
+"""``duetime resolver``: run one DAG resolver process (a faust-streaming worker)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_resolver_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics here (overrides DUETIME_METRICS_PORT)",
+    )
+
+
+def run_resolver(args: argparse.Namespace) -> int:
+    import faust
+
+    from duetime.core.config import Env
+    from duetime.core.logs import setup_logging
+    from duetime.core.metrics_server import serve_metrics
+    from duetime.infra.topics import create_topics
+
+    from .app import build_app
+    from .settings import ResolverSettings
+
+    settings = ResolverSettings.from_env(Env())
+    common = settings.common
+
+    class Worker(faust.Worker):
+        """faust's worker with duetime's logging (no banner, no stdout redirection)."""
+
+        def _setup_logging(self) -> None:
+            setup_logging(common.log_format, common.log_level, role="resolver")
+
+    setup_logging(common.log_format, common.log_level, role="resolver")
+    serve_metrics(args.metrics_port if args.metrics_port is not None else common.metrics_port)
+    create_topics(common.bootstrap_servers, settings.own_topics(), common.replication_factor)
+    app = build_app(settings)
+    worker: Any = Worker(app, quiet=True, redirect_stdouts=False, loglevel=common.log_level)
+    try:
+        worker.execute_from_commandline()  # runs until SIGTERM / SIGINT, then stops cleanly
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

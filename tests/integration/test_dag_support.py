@@ -1,0 +1,100 @@
+"""Helpers of the DAG tests (no tests here).
+
+The scheduler runs in the test process (``RunningScheduler``), the resolver as a real process
+(``duetime resolver``), the worker is simulated on the wire (``bench.dag_harness.SimWorker``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from bench.dag_harness import SimWorker
+from duetime.core.config import CommonSettings
+from duetime.core.topics import Topics
+from duetime.producers.sdk import DagCreated
+from tests.helpers import TopicReader, wait_for
+
+TARGET = {"type": "python", "ref": "tests.tasks:noop"}
+FAST_RETRY = {"max_retries": 2, "base_delay_s": 0.2, "max_delay_s": 1.0, "jitter": False}
+
+
+def job(key: str, *depends_on: str, **fields: Any) -> dict[str, Any]:
+    """A DAG member body."""
+    return {
+        "key": key,
+        "name": f"dag-{key}",
+        "target": TARGET,
+        "retry": FAST_RETRY,
+        "depends_on": list(depends_on),
+        **fields,
+    }
+
+
+DIAMOND = [job("a"), job("b", "a"), job("c", "a"), job("d", "b", "c")]
+
+
+@contextlib.contextmanager
+def sim_worker(settings: CommonSettings, *args: Any, **kwargs: Any) -> Iterator[SimWorker]:
+    worker = SimWorker(settings, *args, **kwargs)
+    try:
+        yield worker
+    finally:
+        worker.close()
+
+
+def wait_known(settings: CommonSettings, dag: DagCreated, timeout_s: float = 30) -> None:
+    """Wait until the scheduler has taken in every job of the DAG (its state is written).
+
+    A control command that overtakes its job's definition (they travel on two topics) finds
+    no job and is dropped by the scheduler, so a test triggers a DAG only after this.
+    """
+    wanted = {dag.trigger_job_id, *dag.job_ids.values()}
+    reader = TopicReader(settings, [Topics(settings.topic_prefix).state], "state")
+    try:
+        wait_for(
+            lambda: wanted <= {s["job_id"] for s in reader.snapshot()},
+            timeout_s,
+            "the scheduler to take in the DAG's jobs",
+        )
+    finally:
+        reader.close()
+
+
+def run_events(reader: TopicReader, run_id: str) -> list[dict[str, Any]]:
+    return [e for e in reader.snapshot() if e["dag_run_id"] == run_id]
+
+
+def completed(reader: TopicReader, run_id: str) -> dict[str, Any] | None:
+    return next((e for e in run_events(reader, run_id) if e["kind"] == "completed"), None)
+
+
+def wait_completed(
+    reader: TopicReader, run_id: str, timeout_s: float = 30, resolver: Any = None
+) -> dict[str, Any]:
+    try:
+        event = wait_for(lambda: completed(reader, run_id), timeout_s, f"run {run_id} to end")
+    except AssertionError:
+        if resolver is not None:
+            print(resolver.log()[-5000:])
+        raise
+    assert event is not None
+    return event
+
+
+def delete_internal_topics(settings: CommonSettings) -> None:
+    """The resolver's own topics (faust made them): by_run, changelogs, the assignor's."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    names = {s.name for s in Topics(settings.topic_prefix).specs(1)}
+    mine = [
+        t
+        for t in admin.list_topics(timeout=10).topics
+        if t.startswith(settings.topic_prefix) and t not in names
+    ]
+    if mine:
+        for future in admin.delete_topics(mine).values():
+            with contextlib.suppress(Exception):
+                future.result()
