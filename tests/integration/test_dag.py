@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench.dag_harness import ResolverProcess
 from duetime.core.config import CommonSettings
@@ -21,6 +21,7 @@ from duetime.core.errors import DagCycleError, ValidationError
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
+from duetime.schemas.codec import Codec
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration.test_dag_support import (
     DIAMOND,
@@ -318,3 +319,47 @@ def test_a_cron_dag_starts_runs_on_time_and_skip_keeps_them_apart(
     for run_id, end in ends.items():
         assert end["status"] == "success", run_id
         assert end["node_statuses"] == dict.fromkeys("abc", "success")
+
+
+def test_the_resolver_ignores_aborted_dead_letters(
+    settings: CommonSettings,
+    scheduler: RunningScheduler,
+    resolver: ResolverProcess,
+    client: JobClient,
+    dag_runs: TopicReader,
+) -> None:
+    """Dead letters come from scheduler transactions: an aborted one must not skip anything."""
+
+    def outcome(request: dict[str, Any]) -> Any:
+        return "hold" if request["dag_key"] == "a" else "success"
+
+    with sim_worker(settings, outcome) as worker:
+        dag = client.create_dag("aborted", DIAMOND)
+        wait_known(settings, dag)
+        run_id = client.trigger_dag(dag.dag_id)
+        [a_request] = wait_for(lambda: worker.requests_of(run_id, "a"), 30, "A's request")
+        producer = Producer(
+            {"bootstrap.servers": settings.bootstrap_servers, "transactional.id": "t-abort"}
+        )
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        dead = {
+            "execution_id": a_request["execution_id"],
+            "job_id": a_request["job_id"],
+            "name": a_request["name"],
+            "dead_at_ms": int(time.time() * 1000),
+            "attempts": 1,
+            "errors": [],
+            "request": a_request,
+            "dag_id": dag.dag_id,
+            "dag_run_id": run_id,
+        }
+        topic = Topics(settings.topic_prefix).dlq
+        producer.produce(topic, key=a_request["job_id"], value=Codec().encode("dead_letter", dead))
+        producer.flush(10)
+        producer.abort_transaction(10)
+        time.sleep(1.5)  # the resolver would have acted on it by now
+        assert worker.release_held() == 1
+        done = wait_completed(dag_runs, run_id, resolver=resolver)
+        assert done["status"] == "success", done["node_statuses"]
+        assert not any(e.get("node_status") == "dead" for e in run_events(dag_runs, run_id))
