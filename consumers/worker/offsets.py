@@ -59,6 +59,16 @@ class OffsetTracker:
             return 0 if part is None else len(part.order) - len(part.done)
         return sum(len(p.order) - len(p.done) for p in self._parts.values())
 
+    def first_pending(self, tp: TP) -> int | None:
+        """The oldest offset of ``tp`` not done yet (None: nothing outstanding)."""
+        part = self._parts.get(tp)
+        if part is None:
+            return None
+        for offset in part.order:
+            if offset not in part.done:
+                return offset
+        return None
+
     def to_commit(self) -> dict[TP, int]:
         """Positions that advanced since the last call (marks them as handed to a commit)."""
         out: dict[TP, int] = {}

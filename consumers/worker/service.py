@@ -499,10 +499,12 @@ class Worker:
         future = self.consumer.call(ends_and_positions, wait=True)
         assert future is not None
         answers = await future
-        positions = self.offsets.positions()
         lag = dict.fromkeys(self._priority_of, 0)
         for tp, (end, fetched) in zip(tps, answers, strict=True):
-            position = positions.get(tp, fetched)
+            # what is not finished yet: from the oldest pending record (or the fetch position,
+            # which also steps over transaction markers) to the end of the partition
+            pending = self.offsets.first_pending(tp)
+            position = fetched if pending is None else pending
             if end >= 0 and position >= 0:
                 lag[tp[0]] += max(0, end - position)
         for topic, value in lag.items():

@@ -1,0 +1,213 @@
+"""What the worker tests share: an HTTP sink on 127.0.0.1, a worker in a thread, Python targets.
+
+The sink is the downstream service of API.md: it counts deliveries per ``Idempotency-Key``
+and applies each key's effect once (an idempotent consumer), so a second attempt shows up
+as a second delivery, never as a second effect. Its behaviour per request comes from the
+payload: ``sleep_s`` (answer after sleeping), ``fail_times`` (answer 500 to the first n
+deliveries of a key), ``status`` (answer this status while the sink is ``broken``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from duetime.consumers.tasks import ExecutionContext, TaskRegistry
+from duetime.consumers.worker.service import Worker
+from duetime.consumers.worker.settings import WorkerSettings
+from duetime.core.errors import FailPermanently, RetryLater
+
+
+@dataclass
+class Delivery:
+    key: str
+    job_id: str
+    attempt: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float
+
+
+@dataclass
+class Sink:
+    """An HTTP target on 127.0.0.1 that records every delivery."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    effects: Counter[str] = field(default_factory=Counter)
+    """Effects applied per Idempotency-Key: at most 1 by construction (the assertion target
+    is that every expected key has one)."""
+    broken: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Sink:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                sink.handle(self, body)
+
+            def do_GET(self) -> None:
+                sink.handle(self, {})
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def handle(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        key = handler.headers.get("Idempotency-Key", "")
+        payload = body.get("payload") or {}
+        delivery = Delivery(
+            key=key,
+            job_id=handler.headers.get("X-Duetime-Job-Id", ""),
+            attempt=int(handler.headers.get("X-Duetime-Attempt") or 0),
+            body=body,
+            headers=dict(handler.headers.items()),
+            at=time.time(),
+        )
+        with self.lock:
+            self.deliveries.append(delivery)
+            seen = sum(1 for d in self.deliveries if d.key == key)
+        status = 200
+        if self.broken:
+            status = int(payload.get("status", 503))
+        elif seen <= int(payload.get("fail_times", 0)):
+            status = 500
+        time.sleep(float(payload.get("sleep_s", 0)))
+        if status == 200:
+            with self.lock:
+                if not self.effects[key]:
+                    self.effects[key] += 1  # idempotent: the effect happens once per key
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Length", "2")
+            handler.end_headers()
+            handler.wfile.write(b"{}")
+        except OSError:
+            pass  # the worker went away (killed, or it cancelled the call)
+
+    def of_key(self, key: str) -> list[Delivery]:
+        with self.lock:
+            return [d for d in self.deliveries if d.key == key]
+
+    def delivery_counts(self) -> Counter[str]:
+        with self.lock:
+            return Counter(d.key for d in self.deliveries)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+class RunningWorker:
+    """A worker on its own event loop in a thread of the test process."""
+
+    def __init__(self, settings: WorkerSettings, registry: TaskRegistry | None = None) -> None:
+        self.worker = Worker(settings, registry)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(self.worker.run(),), daemon=True
+        )
+        self.thread.start()
+
+    def assigned(self) -> int:
+        return len(self.worker.state.assigned)
+
+    def stop(self, timeout_s: float = 60) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.worker.stop)
+            self.thread.join(timeout_s)
+            assert not self.thread.is_alive(), f"worker did not stop within {timeout_s} s"
+        self.loop.close()
+
+
+# --- Python targets (referenced as tests.integration.test_worker_support:<name>) ---------
+
+CALLS: dict[str, list[ExecutionContext]] = defaultdict(list)
+RUNNING: Counter[str] = Counter()
+MAX_RUNNING: Counter[str] = Counter()
+STARTED: dict[str, float] = {}
+_LOCK = threading.Lock()
+
+
+def reset() -> None:
+    with _LOCK:
+        CALLS.clear()
+        RUNNING.clear()
+        MAX_RUNNING.clear()
+        STARTED.clear()
+
+
+def record(ctx: ExecutionContext) -> dict[str, Any]:
+    """Sync: note the call, return the payload."""
+    with _LOCK:
+        CALLS[ctx.job_id].append(ctx)
+    return {"echo": ctx.payload}
+
+
+async def noop(ctx: ExecutionContext) -> None:
+    return None
+
+
+async def tracked(ctx: ExecutionContext) -> None:
+    """Async: count running executions per priority, sleep ``payload.sleep_s``."""
+    with _LOCK:
+        STARTED.setdefault(ctx.execution_id, time.time())
+        RUNNING[ctx.priority] += 1
+        running_non_critical = sum(v for k, v in RUNNING.items() if k != "critical")
+        MAX_RUNNING[ctx.priority] = max(MAX_RUNNING[ctx.priority], RUNNING[ctx.priority])
+        MAX_RUNNING["non_critical"] = max(MAX_RUNNING["non_critical"], running_non_critical)
+    try:
+        await asyncio.sleep(float((ctx.payload or {}).get("sleep_s", 0)))
+    finally:
+        with _LOCK:
+            RUNNING[ctx.priority] -= 1
+
+
+async def slow_async(ctx: ExecutionContext) -> None:
+    await asyncio.sleep(float(ctx.payload.get("sleep_s", 10)))
+
+
+def slow_sync(ctx: ExecutionContext) -> None:
+    time.sleep(float(ctx.payload.get("sleep_s", 10)))
+
+
+def sleepy(ctx: ExecutionContext) -> dict[str, Any]:
+    """Sync, for subprocess workers: sleep ``payload.sleep_s`` and report it."""
+    time.sleep(float(ctx.payload.get("sleep_s", 1)))
+    return {"slept_s": ctx.payload.get("sleep_s", 1)}
+
+
+def retry_later(ctx: ExecutionContext) -> None:
+    if ctx.attempt < 2:
+        raise RetryLater("not yet", delay_s=0.3)
+
+
+def give_up(ctx: ExecutionContext) -> None:
+    raise FailPermanently("the invoice is void")
+
+
+REGISTRY = TaskRegistry()
+
+
+@REGISTRY.task("test.echo")
+async def echo(ctx: ExecutionContext) -> dict[str, Any]:
+    return {"attempt": ctx.attempt, "payload": ctx.payload, "worker": ctx.worker_id}
