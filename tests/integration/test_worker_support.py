@@ -4,7 +4,8 @@ The sink is the downstream service of API.md: it counts deliveries per ``Idempot
 and applies each key's effect once (an idempotent consumer), so a second attempt shows up
 as a second delivery, never as a second effect. Its behaviour per request comes from the
 payload: ``sleep_s`` (answer after sleeping), ``fail_times`` (answer 500 to the first n
-deliveries of a key), ``status`` (answer this status while the sink is ``broken``).
+deliveries of a key), ``status`` (answer this status while the sink is ``broken``),
+``gated`` (hold the request until the test opens the sink's ``gate``).
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ class Sink:
     """Effects applied per Idempotency-Key: at most 1 by construction (the assertion target
     is that every expected key has one)."""
     broken: bool = False
+    gate: threading.Event = field(default_factory=threading.Event)
+    """Requests whose payload says ``gated`` wait for this (set by default) before sleeping."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
     def start(self) -> Sink:
         sink = self
+        self.gate.set()
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
@@ -90,6 +94,8 @@ class Sink:
             status = int(payload.get("status", 503))
         elif seen <= int(payload.get("fail_times", 0)):
             status = 500
+        if payload.get("gated"):
+            self.gate.wait(60)
         time.sleep(float(payload.get("sleep_s", 0)))
         if status == 200:
             with self.lock:
