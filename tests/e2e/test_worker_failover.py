@@ -160,8 +160,7 @@ def test_a_stopped_zombie_is_fenced_out_and_its_result_never_counts(
     ttl = {"DUETIME_LEASE_TTL_S": "2"}
     workers = {name: start_worker(settings, name, **ttl) for name in ("worker-a", "worker-b")}
     roles.extend(workers.values())
-    for role in workers.values():
-        wait_for(lambda role=role: assigned(role), 30, f"{role.name}'s assignment")
+    wait_for(lambda: all(assigned(r) for r in workers.values()), 30, "both assignments")
     time.sleep(1.0)  # let the two-member assignment settle
     with JobClient(settings=settings) as client:
         job = client.create_job(
