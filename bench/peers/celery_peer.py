@@ -211,12 +211,14 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
                 progress(PEER, f"worker ready ({' '.join(worker_flags)})")
                 t0 = time.time() + lead_s
                 produced = _produce(workload, broker_url, records_dir, t0, lead_s, producers, env)
-                _wait_for_starts(workload, records_dir, t0, worker, worker_log)
+                timed_out = _wait_for_starts(workload, records_dir, t0, worker, worker_log)
                 starts = _read_starts(records_dir)
         publish_done = float(produced["publish_done_unix_s"])
         warnings: list[str] = []
         if workload.scenario == "burst" and publish_done > t0:
             warnings.append(f"publishing ended {publish_done - t0:.1f} s after T: raise lead_s")
+        if timed_out:
+            warnings.append("timed out: jobs not started by then are counted as lost")
         versions = {
             "celery": CELERY_VERSION,
             "redis-server": _version_of([redis_server, "--version"]),
@@ -298,8 +300,8 @@ def _produce(workload: Workload, broker_url: str, records_dir: Path, t0: float, 
 
 
 def _wait_for_starts(workload: Workload, records_dir: Path, t0: float,
-                     worker: subprocess.Popen[bytes], worker_log: Path) -> None:  # fmt: skip
-    """Wait until every task has started at least once, or the workload's timeout."""
+                     worker: subprocess.Popen[bytes], worker_log: Path) -> bool:  # fmt: skip
+    """Wait until every task has started at least once; True if the timeout came first."""
     total = workload.total
     deadline = workload.due_s(t0, total - 1) + workload.timeout_s
     counter = _StartCounter(records_dir)
@@ -311,14 +313,14 @@ def _wait_for_starts(workload: Workload, records_dir: Path, t0: float,
             progress(PEER, f"started {n}/{total}")
             # Wait briefly for late duplicates (none are expected) before stopping.
             time.sleep(1.0)
-            return
+            return False
         if worker.poll() is not None:
             raise PeerError(f"the Celery worker exited with {worker.returncode}; see {worker_log}")
         if now > deadline:
             progress(
                 PEER, f"gave up after the {workload.timeout_s:.0f} s timeout: {n}/{total} started"
             )
-            return
+            return True
         if now - last_report >= 2.0:
             due_note = f"first due in {t0 - now:.1f} s" if now < t0 else "running"
             progress(PEER, f"started {n}/{total} ({due_note})")
