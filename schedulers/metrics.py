@@ -27,3 +27,4 @@ OWNED = Gauge("duetime_scheduler_owned_partitions", "Partitions this scheduler o
 RESTORE_SECONDS = Histogram(
     "duetime_scheduler_restore_seconds", "Time to restore a partition from its changelog"
 )
+LOOP_ERRORS = Counter("duetime_scheduler_loop_errors_total", "Scheduler cycles that failed")

@@ -34,7 +34,7 @@ from confluent_kafka import (
 )
 
 from duetime.core.errors import DuetimeError
-from duetime.core.kafka import ErrorClass, classify
+from duetime.core.kafka import ErrorClass, classify, watermarks
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -111,7 +111,7 @@ class PartitionOwner:
         tp = TopicPartition(self.topics.state, self.partition, OFFSET_BEGINNING)
         c = self._restore_consumer
         c.assign([tp])
-        low, high = c.get_watermark_offsets(tp, timeout=10, cached=False)
+        low, high = watermarks(c, self.topics.state, self.partition)
 
         def rows() -> Iterator[tuple[str, int | None, bytes | None]]:
             if high <= low:
@@ -307,18 +307,24 @@ class PartitionOwner:
             self.store.rollback()
             raise PartitionLost(str(exc)) from exc
         if kind is ErrorClass.RECREATE:
-            # the commit's outcome is unknown: start over from what the log says
-            self.producer = self._make_producer(self.partition)
-            self.store.close()
-            self.store = StateStore(self._store_path, self._window_ms)
-            self.restore()
-        else:
-            try:
-                self.producer.abort_transaction(10)
-            except KafkaException as abort_exc:
-                if classify(abort_exc) is ErrorClass.FATAL:
-                    raise PartitionLost(str(abort_exc)) from abort_exc
-            self.store.rollback()
+            self.reset(consumer)  # the commit's outcome is unknown: start over from the log
+            return
+        try:
+            self.producer.abort_transaction(10)
+        except KafkaException as abort_exc:
+            if classify(abort_exc) is ErrorClass.FATAL:
+                raise PartitionLost(str(abort_exc)) from abort_exc
+        self.store.rollback()
+        self._rewind(consumer)
+
+    def reset(self, consumer: Consumer) -> None:
+        """Forget everything local and start over from the changelog and committed offsets:
+        a new fenced producer, a store restored from the state topic, inputs rewound."""
+        self.pending = Pending()
+        self.producer = self._make_producer(self.partition)
+        self.store.close()
+        self.store = StateStore(self._store_path, self._window_ms)
+        self.restore()
         self._rewind(consumer)
 
     def _rewind(self, consumer: Consumer) -> None:

@@ -52,6 +52,9 @@ class Scheduler:
         self.consumer: Consumer | None = None
         self._restore_consumer: Consumer | None = None
         self.on_restored: Callable[[int, int, float], None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
+        self._lost: list[int] = []
+        self._fatal: str | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -80,10 +83,28 @@ class Scheduler:
             on_lost=self._on_lost,
         )
         log.info("scheduler started", extra={"role": "scheduler"})
+        failures = 0
         try:
             while not self._stop.is_set():
-                self._cycle()
+                try:
+                    self._cycle()
+                    failures = 0
+                except (KafkaException, OSError) as exc:
+                    failures += 1
+                    metrics.LOOP_ERRORS.inc()
+                    log.warning("scheduler cycle failed (%s in a row): %s", failures, exc)
+                    if failures >= 50:
+                        raise SystemExit(
+                            f"scheduler: {failures} cycles failed in a row: {exc}"
+                        ) from exc
+                    time.sleep(min(2.0, 0.05 * failures))
+                if self._fatal:
+                    raise SystemExit(f"scheduler: {self._fatal}")
+                if self._lost:
+                    # a partition we cannot own any more: leave the group so it moves on
+                    raise SystemExit(f"scheduler: lost partitions {sorted(set(self._lost))}")
         finally:
+            self._pool.shutdown()
             self._shutdown()
 
     def _shutdown(self) -> None:
@@ -111,13 +132,36 @@ class Scheduler:
             owner = self.owners.get(msg.partition() or 0)
             if owner is not None:
                 owner.handle(msg, now_ms)
-        for p, owner in list(self.owners.items()):
+        busy = []
+        for owner in self.owners.values():
+            owner.fire(now_ms, self.settings.fire_limit)
+            if not owner.pending.empty():
+                busy.append(owner)
+        # each partition commits its own transaction; the waits overlap (the client releases
+        # the GIL while it waits for the broker), so N busy partitions cost ~one round trip
+        if len(busy) == 1:
+            self._commit(busy[0])
+        elif busy:
+            list(self._pool.map(self._commit, busy))
+
+    def _commit(self, owner: PartitionOwner) -> None:
+        assert self.consumer is not None
+        p = owner.partition
+        try:
+            owner.commit(self.consumer, self.clock.now_ms())
+        except PartitionLost as exc:
+            log.error("lost partition %s: %s", p, exc, extra={"partition": p})
+            self._lost.append(p)
+        except Exception:
+            # a bug or an unexpected client error: the cycle's outcome is unknown, so the
+            # partition starts over from its changelog (fencing our own old producer)
+            log.exception("partition %s cycle failed: restoring it", p, extra={"partition": p})
+            metrics.TXN_ABORTS.labels(reason="unexpected").inc()
             try:
-                owner.fire(now_ms, self.settings.fire_limit)
-                owner.commit(self.consumer, self.clock.now_ms())
-            except PartitionLost as exc:
-                log.error("lost partition %s: %s", p, exc, extra={"partition": p})
-                self._drop(p)
+                owner.reset(self.consumer)
+            except Exception as exc:
+                log.error("partition %s could not be restored: %s", p, exc, extra={"partition": p})
+                self._lost.append(p)
 
     def _poll_timeout_s(self) -> float:
         wakes = [w for w in (o.next_wake_ms() for o in self.owners.values()) if w is not None]
@@ -137,6 +181,15 @@ class Scheduler:
         return producer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # an exception must not escape a client callback (it resurfaces mangled from consume):
+        # a partition we cannot take ends the process so the group gives it to someone else
+        try:
+            self._assign(partitions)
+        except Exception as exc:
+            log.exception("taking partitions failed")
+            self._fatal = f"taking partitions failed: {exc}"
+
+    def _assign(self, partitions: list[TopicPartition]) -> None:
         by_partition: dict[int, set[str]] = {}
         for tp in partitions:
             by_partition.setdefault(tp.partition, set()).add(tp.topic)
@@ -165,8 +218,7 @@ class Scheduler:
 
     def _state_hwm(self, p: int) -> int:
         assert self._restore_consumer is not None
-        tp = TopicPartition(self.topics.state, p)
-        return int(self._restore_consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1])
+        return kafka.watermarks(self._restore_consumer, self.topics.state, p)[1]
 
     def _resume(self, p: int) -> bool:
         """Keep a partition that came straight back, if nobody wrote its changelog meanwhile."""
@@ -191,7 +243,9 @@ class Scheduler:
             producer=producer,
             make_producer=self._make_producer,
             restore_consumer=self._restore_consumer,
-            store_path=None if state_dir is None else state_dir / f"p{p}.sqlite",
+            store_path=(
+                None if state_dir is None else state_dir / self.common.instance_id / f"p{p}.sqlite"
+            ),
             window_ms=int(self.settings.window_s * 1000),
             policy=self.policy,
             rng=self.rng,

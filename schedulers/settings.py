@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from duetime.core.config import CommonSettings, Env
 class SchedulerSettings:
     common: CommonSettings
     state_dir: Path | None = None
-    """Where partition stores live (SQLite files); None keeps them in memory."""
+    """Where partition stores live (SQLite files); None keeps them in memory (tests only)."""
     window_s: float = 300.0
     """Jobs waking within this window are indexed in RAM; the rest only on disk."""
     batch_size: int = 2000
@@ -26,10 +27,18 @@ class SchedulerSettings:
 
     @classmethod
     def from_env(cls, env: Env) -> SchedulerSettings:
-        state_dir = env.opt_str("DUETIME_SCHEDULER_STATE_DIR")
+        common = CommonSettings.from_env(env)
+        raw_dir = env.opt_str("DUETIME_SCHEDULER_STATE_DIR")
+        if raw_dir == ":memory:":
+            state_dir = None
+        elif raw_dir is None:
+            # on disk by default: only the near-term window of jobs stays in RAM
+            state_dir = Path(tempfile.gettempdir()) / "duetime-scheduler"
+        else:
+            state_dir = Path(raw_dir)
         return cls(
-            common=CommonSettings.from_env(env),
-            state_dir=None if state_dir is None else Path(state_dir),
+            common=common,
+            state_dir=state_dir,
             window_s=env.number("DUETIME_SCHEDULER_WINDOW_S", cls.window_s, 1, 86400),
             batch_size=env.integer("DUETIME_SCHEDULER_BATCH", cls.batch_size, 1, 100_000),
             fire_limit=env.integer("DUETIME_SCHEDULER_FIRE_LIMIT", cls.fire_limit, 1, 1_000_000),

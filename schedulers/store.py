@@ -25,7 +25,10 @@ class StateStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             for suffix in ("", "-journal", "-wal"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
-        self._db = sqlite3.connect(":memory:" if path is None else str(path), isolation_level=None)
+        # one owner uses its store from one thread at a time (the loop, or a commit worker)
+        self._db = sqlite3.connect(
+            ":memory:" if path is None else str(path), isolation_level=None, check_same_thread=False
+        )
         self._db.execute("PRAGMA synchronous=OFF")  # a cache of the changelog: no fsync needed
         self._db.execute("PRAGMA journal_mode=MEMORY")  # rollback on an aborted Kafka transaction
         self._db.execute("PRAGMA cache_size=-16000")  # at most ~16 MB of pages in RAM

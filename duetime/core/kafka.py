@@ -7,10 +7,11 @@ so that the same tuning (and the same reasons) apply everywhere.
 from __future__ import annotations
 
 import enum
+import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .config import CommonSettings
@@ -91,6 +92,24 @@ def classify(exc: BaseException) -> ErrorClass:
     if err.retriable():
         return ErrorClass.RETRIABLE
     return ErrorClass.ABORT
+
+
+def watermarks(
+    client: Consumer, topic: str, partition: int, timeout_s: float = 30.0
+) -> tuple[int, int]:
+    """(low, high) of a partition, retrying while the cluster settles (e.g. a fresh topic
+    whose leader the client does not know yet answers NOT_LEADER for a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = client.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=5, cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            if classify(exc) is ErrorClass.FATAL or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def new_id() -> str:

@@ -1,0 +1,214 @@
+"""What every benchmark shares: the stack it runs on, the machine record, percentiles, and
+writing ``bench/results/<scenario>.json`` plus a PNG plot.
+
+Every result JSON holds at least ``scenario, jobs, duration_s, throughput_jobs_per_s,
+lateness_ms {p50, p99, max}, lost, duplicates, machine, config``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    out = {}
+    for dist in ("duetime", "confluent-kafka", "fastavro", "psycopg"):
+        try:
+            out[dist] = version(dist)
+        except Exception:
+            continue
+    import confluent_kafka
+
+    out["librdkafka"] = confluent_kafka.libversion()[0]
+    out["kafka_broker"] = "4.1.1"
+    return out
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+    return {"p50": at(0.50), "p99": at(0.99), "max": float(ordered[-1])}
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result.setdefault("machine", machine())
+    result.setdefault("versions", versions())
+    result.setdefault("finished_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    progress(f"wrote {path.relative_to(ROOT)}")
+    return path
+
+
+def plot_series(
+    name: str,
+    title: str,
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    xlabel: str,
+    ylabel: str,
+    logy: bool = False,
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, (xs, ys) in series.items():
+        ax.plot(xs, ys, ".", markersize=2, label=label) if len(xs) > 200 else ax.plot(
+            xs, ys, "o-", label=label
+        )
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    progress(f"wrote {path.relative_to(ROOT)}")
+    return path
+
+
+@contextmanager
+def bench_stack(partitions: int) -> Iterator[Any]:
+    """A local stack in .duetime/bench (its own ports) and a fresh topic prefix and database."""
+    import psycopg
+
+    from duetime.core.config import CommonSettings, Env
+    from duetime.infra.process import free_port
+    from duetime.infra.stack import LocalStack, StackSettings
+
+    home = ROOT / ".duetime" / "bench"
+    ports = home / "ports"
+    if ports.exists():  # a bench stack that may still run (another bench, or a killed one)
+        kafka_port, controller_port, pg_port = map(int, ports.read_text().split())
+    else:
+        kafka_port, controller_port, pg_port = free_port(), free_port(), free_port()
+        home.mkdir(parents=True, exist_ok=True)
+        ports.write_text(f"{kafka_port} {controller_port} {pg_port}\n")
+    stack = LocalStack(
+        StackSettings(
+            home=home,
+            kafka_port=kafka_port,
+            controller_port=controller_port,
+            pg_port=pg_port,
+            kafka_heap_mb=1024,
+        )
+    )
+    stack.acquire()
+    try:
+        stack.up()
+        run = uuid.uuid4().hex[:8]
+        db = f"bench_{run}"
+        stack.postgres.create_database(db)
+        common = replace(
+            CommonSettings.from_env(Env({})),
+            bootstrap_servers=stack.bootstrap_servers,
+            database_url=stack.postgres.url(db),
+            topic_prefix=f"bench{run}.",
+            partitions=partitions,
+        )
+        stack.prepare(common)
+        try:
+            yield common
+        finally:
+            from confluent_kafka.admin import AdminClient
+
+            from duetime.core.topics import Topics
+
+            admin = AdminClient({"bootstrap.servers": common.bootstrap_servers})
+            names = [s.name for s in Topics(common.topic_prefix).specs(partitions)]
+            for future in admin.delete_topics(names).values():
+                try:
+                    future.result()
+                except Exception:
+                    continue
+            with psycopg.connect(stack.postgres.url("postgres"), autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    finally:
+        if stack.release():
+            ports.unlink(missing_ok=True)
+
+
+def role_env(common: Any, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DUETIME_KAFKA_BOOTSTRAP": common.bootstrap_servers,
+        "DUETIME_DATABASE_URL": common.database_url,
+        "DUETIME_TOPIC_PREFIX": common.topic_prefix,
+        "DUETIME_PARTITIONS": str(common.partitions),
+        **extra,
+    }
+
+
+def start_role(argv: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen[bytes]:
+    logs = ROOT / ".duetime" / "bench" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{log_name}.log", "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "duetime.cli", *argv],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

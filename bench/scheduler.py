@@ -1,0 +1,377 @@
+"""Scheduler benchmarks (issue 3): emit lateness at a sustained rate, a burst of jobs due at one
+instant, RSS per pending job with 1 M pending jobs and the time to restore them on failover.
+
+    ./run bench scheduler rate --rate 350 --duration-s 60
+    ./run bench scheduler rate --rate 5000 --duration-s 60
+    ./run bench scheduler burst --jobs 100000
+    ./run bench scheduler memory --jobs 1000000
+
+How it runs: a local Kafka (1 GiB heap) and PostgreSQL in ``.duetime/bench``; ONE scheduler
+process (``duetime scheduler``, state on disk in SQLite); this process creates the one-time
+jobs with the SDK, waits until the scheduler has ingested every definition, and reads the
+execution topics with a read_committed consumer. Lateness is measured twice: *emit* lateness
+(``emitted_at - due``, stamped by the scheduler when it builds the transaction) and *visible*
+lateness (when the read_committed reader received it − due), which includes the commit and
+the fetch. All on the same 2 cores: broker, scheduler, load generator and reader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.common import (
+    bench_stack,
+    percentiles,
+    plot_series,
+    progress,
+    role_env,
+    rss_bytes,
+    start_role,
+    write_result,
+)
+
+TARGET = {"type": "http", "url": "http://127.0.0.1:9/noop"}
+
+
+class Reader:
+    """Reads the execution topics as a read_committed consumer; records receive times."""
+
+    def __init__(self, common: Any) -> None:
+        from duetime.core.topics import Topics
+        from duetime.schemas.codec import Codec
+
+        self.codec = Codec()
+        self.seen: list[tuple[str, int, int, int, int]] = []  # job, scheduled, due, emitted, recv
+        self._stop = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": common.bootstrap_servers,
+                "group.id": f"bench-reader-{uuid.uuid4().hex[:6]}",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        topics = Topics(common.topic_prefix).executions
+        self.consumer.assign(
+            [TopicPartition(t, p, 0) for t in topics for p in range(common.partitions)]
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            # a short timeout: consume() waits for a full batch or its timeout, and the
+            # receive time is what we measure
+            msgs = self.consumer.consume(1000, 0.005)
+            now = time.time_ns() // 1_000_000
+            for m in msgs:
+                if m.error():
+                    continue
+                r = self.codec.decode("execution", m.value() or b"")
+                self.seen.append(
+                    (r["job_id"], r["scheduled_at_ms"], r["due_at_ms"], r["emitted_at_ms"], now)
+                )
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
+def create_jobs(common: Any, times_ms: list[int]) -> tuple[list[str], float]:
+    from duetime.producers.sdk import JobClient
+
+    started = time.monotonic()
+    ids: list[str] = []
+    with JobClient(settings=common) as client:
+        for i, at_ms in enumerate(times_ms):
+            at = datetime.fromtimestamp(at_ms / 1000, UTC).isoformat()
+            ids.append(
+                client.create_job(
+                    name=f"bench-{i}", schedule={"at": at}, target=TARGET, wait=False
+                ).job_id
+            )
+            if i and i % 50_000 == 0:
+                progress(f"created {i:,} jobs")
+    return ids, time.monotonic() - started
+
+
+def ingest_lag(common: Any) -> int:
+    """Job definitions the scheduler group has not consumed yet."""
+    from duetime.core.topics import Topics
+
+    topic = Topics(common.topic_prefix).jobs
+    c = Consumer(
+        {
+            "bootstrap.servers": common.bootstrap_servers,
+            "group.id": f"{common.topic_prefix}schedulers",
+        }
+    )
+    try:
+        tps = [TopicPartition(topic, p) for p in range(common.partitions)]
+        committed = c.committed(tps, timeout=10)
+        lag = 0
+        for tp in committed:
+            high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
+            lag += high - max(tp.offset, 0)
+        return lag
+    finally:
+        c.close()
+
+
+def wait_ingested(common: Any, total: int, timeout_s: float) -> float:
+    started = time.monotonic()
+    last_report = 0.0
+    while True:
+        lag = ingest_lag(common)
+        if lag == 0:
+            return time.monotonic() - started
+        if time.monotonic() - last_report > 5:
+            progress(f"scheduler ingest: {total - lag:,}/{total:,} definitions")
+            last_report = time.monotonic()
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"scheduler still has {lag} definitions to ingest")
+        time.sleep(0.5)
+
+
+def start_scheduler(common: Any, name: str) -> Any:
+    env = role_env(common, DUETIME_INSTANCE_ID=name, DUETIME_LOG_LEVEL="INFO")
+    proc = start_role(["scheduler"], env, name)
+    return proc
+
+
+def wait_owned(log_name: str, partitions: int, timeout_s: float = 120) -> float:
+    """Seconds until the log says every partition is owned (and the states restored)."""
+    from bench.common import ROOT
+
+    path = ROOT / ".duetime" / "bench" / "logs" / f"{log_name}.log"
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if len(set(re.findall(r"owning partition (\d+)", text))) >= partitions:
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise TimeoutError(f"{log_name} did not own {partitions} partitions in {timeout_s} s")
+
+
+def summarize(
+    name: str, reader: Reader, ids: list[str], t0_ms: int, config: dict[str, Any], title: str
+) -> dict[str, Any]:
+    seen = list(reader.seen)
+    counts = Counter(job for job, *_ in seen)
+    wanted = set(ids)
+    emit = [emitted - due for _, _, due, emitted, _ in seen]
+    visible = [recv - due for _, _, due, _, recv in seen]
+    first_recv = min((recv for *_, recv in seen), default=t0_ms)
+    last_recv = max((recv for *_, recv in seen), default=t0_ms)
+    duration_s = max(0.001, (last_recv - t0_ms) / 1000)
+    result = {
+        "scenario": name,
+        "jobs": len(ids),
+        "duration_s": round(duration_s, 3),
+        "throughput_jobs_per_s": round(len(seen) / max(0.001, (last_recv - first_recv) / 1000), 1)
+        if len(seen) > 1
+        else None,
+        "lateness_ms": percentiles(emit),
+        "visible_lateness_ms": percentiles(visible),
+        "lost": len(wanted - set(counts)),
+        "duplicates": sum(n - 1 for n in counts.values() if n > 1),
+        "config": config,
+    }
+    xs = [(recv - t0_ms) / 1000 for *_, recv in seen]
+    plot_series(
+        name,
+        title,
+        {
+            "emit lateness": (xs, [e for e in emit]),
+            "visible lateness": (xs, visible),
+        },
+        "seconds since the first job was due",
+        "lateness (ms)",
+        logy=True,
+    )
+    return result
+
+
+def scenario_rate(rate: float, duration_s: float, partitions: int) -> dict[str, Any]:
+    name = f"scheduler-rate-{int(rate)}"
+    n = int(rate * duration_s)
+    with bench_stack(partitions) as common:
+        proc = start_scheduler(common, f"{name}-sched")
+        try:
+            wait_owned(f"{name}-sched", partitions)
+            lead_s = 20 + n / 3000
+            t0_ms = int((time.time() + lead_s) * 1000)
+            times = [t0_ms + int(i * 1000 / rate) for i in range(n)]
+            progress(f"creating {n:,} one-time jobs due from T0 = now + {lead_s:.0f} s at {rate}/s")
+            ids, create_s = create_jobs(common, times)
+            ingest_s = wait_ingested(common, n, lead_s * 3)
+            progress(f"created in {create_s:.1f} s, ingested {ingest_s:.1f} s later")
+            reader = Reader(common)
+            end_ms = times[-1] + 10_000
+            while time.time() * 1000 < end_ms and len(reader.seen) < n:
+                time.sleep(1)
+                progress(f"{len(reader.seen):,}/{n:,} execution requests seen")
+            time.sleep(2)
+            reader.close()
+            result = summarize(
+                name,
+                reader,
+                ids,
+                t0_ms,
+                {
+                    "rate_jobs_per_s": rate,
+                    "duration_s": duration_s,
+                    "partitions": partitions,
+                    "schedulers": 1,
+                    "create_s": round(create_s, 1),
+                    "ingest_after_create_s": round(ingest_s, 1),
+                    "command": "./run bench scheduler rate "
+                    f"--rate {rate:g} --duration-s {duration_s:g}",
+                },
+                f"scheduler emit lateness at {rate:g} jobs/s for {duration_s:g} s",
+            )
+            result["throughput_jobs_per_s"] = round(len(reader.seen) / duration_s, 1)
+            write_result(name, result)
+            return result
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def scenario_burst(jobs: int, partitions: int) -> dict[str, Any]:
+    name = f"scheduler-burst-{jobs}"
+    with bench_stack(partitions) as common:
+        proc = start_scheduler(common, f"{name}-sched")
+        try:
+            wait_owned(f"{name}-sched", partitions)
+            lead_s = 20 + jobs / 3000
+            t0_ms = int((time.time() + lead_s) * 1000)
+            progress(f"creating {jobs:,} one-time jobs all due at T0 = now + {lead_s:.0f} s")
+            ids, create_s = create_jobs(common, [t0_ms] * jobs)
+            ingest_s = wait_ingested(common, jobs, lead_s * 3)
+            reader = Reader(common)
+            deadline = time.time() + lead_s + 120
+            while len(reader.seen) < jobs and time.time() < deadline:
+                time.sleep(1)
+                progress(f"{len(reader.seen):,}/{jobs:,} execution requests seen")
+            time.sleep(1)
+            reader.close()
+            result = summarize(
+                name,
+                reader,
+                ids,
+                t0_ms,
+                {
+                    "partitions": partitions,
+                    "schedulers": 1,
+                    "create_s": round(create_s, 1),
+                    "ingest_after_create_s": round(ingest_s, 1),
+                    "command": f"./run bench scheduler burst --jobs {jobs}",
+                },
+                f"{jobs:,} jobs due at the same instant",
+            )
+            last = max((recv for *_, recv in reader.seen), default=t0_ms)
+            result["all_emitted_after_s"] = round((last - t0_ms) / 1000, 2)
+            write_result(name, result)
+            return result
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def scenario_memory(jobs: int, partitions: int) -> dict[str, Any]:
+    name = f"scheduler-memory-{jobs}"
+    with bench_stack(partitions) as common:
+        proc = start_scheduler(common, f"{name}-sched")
+        try:
+            wait_owned(f"{name}-sched", partitions)
+            time.sleep(2)
+            baseline = rss_bytes(proc.pid)
+            far = int((datetime.now(UTC) + timedelta(days=2)).timestamp() * 1000)
+            progress(
+                f"creating {jobs:,} jobs due in two days (baseline RSS {baseline / 1e6:.0f} MB)"
+            )
+            _, create_s = create_jobs(common, [far + i for i in range(jobs)])
+            started = time.monotonic()
+            ingest_s = wait_ingested(common, jobs, 3600)
+            ingest_rate = jobs / max(0.001, time.monotonic() - started + create_s)
+            time.sleep(3)
+            loaded = rss_bytes(proc.pid)
+            per_job = (loaded - baseline) / jobs
+            progress(f"RSS {loaded / 1e6:.0f} MB: {per_job:.0f} bytes per pending job")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            restore_started = time.monotonic()
+            proc = start_scheduler(common, f"{name}-restore")
+            restore_s = wait_owned(f"{name}-restore", partitions, timeout_s=600)
+            progress(f"a new scheduler restored {jobs:,} states in {restore_s:.1f} s")
+            result = {
+                "scenario": name,
+                "jobs": jobs,
+                "duration_s": round(time.monotonic() - restore_started + ingest_s + create_s, 1),
+                "throughput_jobs_per_s": round(ingest_rate, 1),
+                "lateness_ms": {"p50": None, "p99": None, "max": None},
+                "lost": 0,
+                "duplicates": 0,
+                "rss_baseline_bytes": baseline,
+                "rss_loaded_bytes": loaded,
+                "rss_bytes_per_pending_job": round(per_job, 1),
+                "restore_s": round(restore_s, 2),
+                "create_s": round(create_s, 1),
+                "ingest_after_create_s": round(ingest_s, 1),
+                "config": {
+                    "partitions": partitions,
+                    "state": "SQLite on disk, near-term window 300 s in RAM",
+                    "command": f"./run bench scheduler memory --jobs {jobs}",
+                },
+            }
+            plot_series(
+                name,
+                f"scheduler RSS before (x=0) and with {jobs:,} pending jobs (x=1)",
+                {"RSS (MB)": ([0.0, 1.0], [baseline / 1e6, loaded / 1e6])},
+                "",
+                "MB",
+            )
+            write_result(name, result)
+            return result
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench scheduler", description=__doc__)
+    sub = parser.add_subparsers(dest="scenario", required=True)
+    rate = sub.add_parser("rate")
+    rate.add_argument("--rate", type=float, default=350)
+    rate.add_argument("--duration-s", type=float, default=60)
+    burst = sub.add_parser("burst")
+    burst.add_argument("--jobs", type=int, default=100_000)
+    memory = sub.add_parser("memory")
+    memory.add_argument("--jobs", type=int, default=1_000_000)
+    for p in (rate, burst, memory):
+        p.add_argument("--partitions", type=int, default=6)
+    args = parser.parse_args(argv)
+    if args.scenario == "rate":
+        result = scenario_rate(args.rate, args.duration_s, args.partitions)
+    elif args.scenario == "burst":
+        result = scenario_burst(args.jobs, args.partitions)
+    else:
+        result = scenario_memory(args.jobs, args.partitions)
+    print({k: v for k, v in result.items() if k not in ("machine", "versions")})
+    return 0
