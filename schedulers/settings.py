@@ -17,8 +17,9 @@ class SchedulerSettings:
     window_s: float = 300.0
     """Jobs waking within this window are indexed in RAM; the rest only on disk."""
     batch_size: int = 2000
-    fire_limit: int = 20000
-    """At most this many due jobs per partition per cycle, so inputs keep flowing in a burst."""
+    fire_limit: int = 2000
+    """At most this many due jobs per partition per cycle: transactions stay short and inputs
+    keep flowing during a burst."""
     misfire_threshold_s: float = 5.0
     catch_up_cap: int = 100
     catch_up_window_s: float = 24 * 3600.0

@@ -37,9 +37,12 @@ def transactional_producer(
         settings,
         **{
             "transactional.id": transactional_id,
-            # a dead owner's open transaction blocks read_committed readers until it times out:
-            # keep it short (the failover budget is 5 s), but above a commit's worst case
-            "transaction.timeout.ms": 10_000,
+            # A new owner's init_transactions aborts a dead owner's open transaction at once
+            # (transactional ids are per partition), so failover does not wait for this. It
+            # only bounds how long an owner that died with nobody to take over blocks
+            # read_committed readers, and it must stay far above a busy cycle's transaction,
+            # or the broker aborts it and fences the producer.
+            "transaction.timeout.ms": 30_000,
             **overrides,
         },
     )
