@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "infra": ("duetime.infra.cli", "install, start, stop the local Kafka and PostgreSQL"),
     "topics": ("duetime.infra.cli", "create every topic: topics create"),
     "db": ("duetime.infra.cli", "database migrations: db migrate"),
+    "projector": ("duetime.consumers.projector.cli", "run a projector: events → PostgreSQL"),
 }
 
 

@@ -1,0 +1,305 @@
+"""The projector role: Kafka events → the PostgreSQL projection, exactly once.
+
+Main loop, one screen: stop requested? → wait for records (a short poll, then whatever is
+already fetched, up to a batch) → reduce them per key → write rows and offsets in one
+PostgreSQL transaction. On assignment every partition is positioned at the offset stored in
+PostgreSQL (not Kafka's committed offset), so a batch is projected exactly once even if the
+process dies between the two commits. A failed write rolls back, rewinds the consumer to the
+stored offsets and goes on. Partition creation ahead of time and retention run beside the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from duetime.core import kafka
+from duetime.core.topics import Topics
+from duetime.schemas.codec import Codec
+
+from . import metrics, rows
+from .settings import ProjectorSettings
+from .store import Batch, ProjectionStore
+
+log = logging.getLogger("duetime.projector")
+
+BatchHook = Callable[[Batch, list[float]], None]
+"""Called after each committed batch with the lag of each of its records, in seconds."""
+
+
+class Projector:
+    def __init__(self, settings: ProjectorSettings, *, on_batch: BatchHook | None = None) -> None:
+        self.settings = settings
+        self.common = settings.common
+        self.topics = Topics(self.common.topic_prefix)
+        self.codec = Codec(registry_url=self.common.schema_registry_url)
+        self.store = ProjectionStore(
+            self.common.database_url, settings.group_id, settings.retention_days
+        )
+        self.on_batch = on_batch
+        self.consumer: Consumer | None = None
+        self.assigned: set[tuple[str, int]] = set()
+        self._admin: AdminClient | None = None
+        self.idle = threading.Event()
+        """Set while every partition is read to its end (checked by the loop when idle)."""
+        self._checked_at = 0.0
+        self._stop = threading.Event()
+        self._types = {
+            t: self.topics.event_type_of(t)
+            for t in (
+                self.topics.jobs,
+                self.topics.state,
+                *self.topics.executions,
+                self.topics.results,
+                self.topics.dlq,
+                self.topics.dags,
+                self.topics.dag_runs,
+                self.topics.control,
+            )
+        }
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def stop(self, *_: Any) -> None:
+        self._stop.set()
+
+    def rebuild(self) -> None:
+        """Empty the projection; the next run replays every topic from its beginning."""
+        self.store.truncate()
+        log.info("projection truncated: replaying the topics from the beginning")
+
+    def run(self, *, until_caught_up: bool = False) -> None:
+        self.consumer = kafka.consumer(
+            self.common,
+            self.settings.group_id,
+            # large fetches: the projector is a throughput reader
+            **{"fetch.max.bytes": 52428800, "queued.max.messages.kbytes": 65536},
+        )
+        self.consumer.subscribe(
+            sorted(self._types),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        housekeeping = threading.Thread(target=self._housekeeping, daemon=True)
+        housekeeping.start()
+        log.info("projector started", extra={"role": "projector"})
+        try:
+            while not self._stop.is_set():
+                if self._cycle():
+                    self.idle.clear()
+                elif self._check_caught_up() and until_caught_up:
+                    break
+        finally:
+            self._stop.set()
+            self.consumer.close()  # leaves the group: partitions move at once
+            self.store.close()
+            metrics.ASSIGNED.set(0)
+            log.info("projector stopped")
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _cycle(self) -> int:
+        msgs = self._consume()
+        if not msgs:
+            return 0
+        batch = self._reduce(msgs)
+        started = time.monotonic()
+        try:
+            self.store.write(batch)
+        except psycopg.Error as exc:
+            metrics.FAILED_BATCHES.inc()
+            log.error("batch of %s records failed, rewinding: %s", len(msgs), exc)
+            self.store.close()
+            self._stop.wait(1.0)
+            self._rewind()
+            return 0
+        done = time.time()
+        metrics.BATCH_SECONDS.observe(time.monotonic() - started)
+        metrics.BATCHES.inc()
+        metrics.ROWS.inc(batch.rows_written())
+        lags = [max(0.0, done - m.timestamp()[1] / 1000) for m in msgs if m.error() is None]
+        for lag in lags:
+            metrics.LAG_SECONDS.observe(lag)
+        self._commit_to_kafka(batch)
+        if self.on_batch is not None:
+            self.on_batch(batch, lags)
+        return len(msgs)
+
+    def _consume(self) -> list[Message]:
+        """Block briefly for the first record, then take what is already fetched."""
+        assert self.consumer is not None
+        first = self.consumer.consume(1, self.settings.poll_s)
+        if not first:
+            return []
+        rest = self.consumer.consume(self.settings.batch_size - 1, 0)
+        return first + rest
+
+    def _reduce(self, msgs: list[Message]) -> Batch:
+        batch = Batch()
+        for msg in msgs:
+            if msg.error():
+                log.warning("consume error: %s", msg.error())
+                continue
+            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            batch.offsets[(topic, partition)] = offset + 1
+            value = msg.value()
+            if value is None:
+                continue  # a tombstone: nothing deletes projected rows
+            event_type = self._types[topic]
+            try:
+                record = self.codec.decode(event_type or "", value)
+                self._add(batch, event_type or "", record, offset)
+            except Exception as exc:  # a record no row can be made of must not stop the rest
+                metrics.UNDECODABLE.inc()
+                log.error(
+                    "skipped a record: %s",
+                    exc,
+                    extra={"topic": topic, "partition": partition, "offset": offset},
+                )
+                continue
+            metrics.EVENTS.labels(event_type=event_type).inc()
+            batch.events += 1
+        return batch
+
+    @staticmethod
+    def _add(batch: Batch, event_type: str, record: dict[str, Any], offset: int) -> None:
+        if event_type == "job":
+            batch.add_job(rows.job_row(record))
+        elif event_type == "state":
+            batch.add_job(rows.job_row_from_state(record, offset))
+        elif event_type == "execution":
+            batch.add_execution_event("request", record)
+        elif event_type == "result":
+            batch.add_execution_event("result", record)
+        elif event_type == "dead_letter":
+            batch.add_dead(record)
+        elif event_type == "dag":
+            batch.add_dag(record)
+        elif event_type == "dag_run":
+            batch.dag_run_events.append(record)
+        elif event_type == "control" and record["kind"] == "replay" and record["execution_id"]:
+            batch.add_replay(record["execution_id"], record["issued_at_ms"])
+
+    def _commit_to_kafka(self, batch: Batch) -> None:
+        """Informational only (lag tools read it): the offsets that count are in PostgreSQL."""
+        assert self.consumer is not None
+        offsets = [TopicPartition(t, p, o) for (t, p), o in batch.offsets.items()]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            except Exception as exc:  # e.g. a rebalance in progress: the next batch commits
+                log.debug("kafka commit skipped: %s", exc)
+
+    # --- positions ------------------------------------------------------------------------
+
+    def _positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        stored: dict[tuple[str, int], int] = {}
+        for attempt in range(10):
+            try:
+                stored = self.store.offsets()
+                break
+            except psycopg.Error as exc:
+                self.store.close()
+                if attempt == 9:
+                    raise
+                log.warning("reading stored offsets failed (%s); retrying", exc)
+                time.sleep(1.0)
+        for tp in partitions:
+            tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
+        return partitions
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.assign(self._positions(partitions))
+        self.assigned = {(tp.topic, tp.partition) for tp in partitions}
+        metrics.ASSIGNED.set(len(self.assigned))
+        log.info("assigned %s topic partitions", len(partitions), extra={"role": "projector"})
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned -= {(tp.topic, tp.partition) for tp in partitions}
+        metrics.ASSIGNED.set(len(self.assigned))
+
+    def _rewind(self) -> None:
+        """After a rolled-back batch: go back to what PostgreSQL says was projected."""
+        assert self.consumer is not None
+        tps = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        if not tps:
+            return
+        try:
+            for tp in self._positions(tps):
+                self.consumer.seek(tp)
+        except Exception as exc:
+            log.error("rewind failed (%s): re-joining the group", exc)
+            self.consumer.unsubscribe()
+            self.consumer.subscribe(
+                sorted(self._types),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_revoke,
+            )
+
+    def _check_caught_up(self) -> bool:
+        """Called by the loop only (the consumer is not shared between threads)."""
+        if time.monotonic() - self._checked_at < 0.2:
+            return self.idle.is_set()
+        self._checked_at = time.monotonic()
+        if self.caught_up():
+            self.idle.set()
+        else:
+            self.idle.clear()
+        return self.idle.is_set()
+
+    def caught_up(self) -> bool:
+        """Every partition of every topic is assigned here and read to its end (the last
+        stable offset: what a read_committed reader can reach)."""
+        assert self.consumer is not None
+        expected = len(self._types) * self.common.partitions
+        if len(self.assigned) < expected:
+            return False
+        tps = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        positions = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(tps)}
+        if self._admin is None:
+            self._admin = kafka.admin(self.common)
+        # one ListOffsets request for all partitions (the consumer's own watermark queries
+        # queue behind its long-poll fetches: ~0.5 s each)
+        futures = self._admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in tps},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=10,
+        )
+        stored: dict[tuple[str, int], int] | None = None
+        for tp, future in futures.items():
+            end = future.result().offset
+            pos = positions.get((tp.topic, tp.partition), -1)
+            if pos < 0:  # nothing fetched since the assignment: use what PostgreSQL says
+                stored = self.store.offsets() if stored is None else stored
+                pos = stored.get((tp.topic, tp.partition), 0)
+            if pos < end:
+                return False
+        return True
+
+    # --- beside the loop ------------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        while not self._stop.is_set():
+            try:
+                done = self.store.housekeeping()
+                metrics.PARTITIONS_DROPPED.inc(done["dropped"])
+                if any(done.values()):
+                    log.info("housekeeping: %s", done)
+            except Exception:
+                log.exception("housekeeping failed; trying again later")
+            self._stop.wait(self.settings.housekeeping_interval_s)

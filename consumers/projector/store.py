@@ -1,0 +1,478 @@
+"""The projector's PostgreSQL side: one transaction per batch, rows and offsets together.
+
+A batch is staged with COPY into temporary tables and merged with one ``INSERT … ON CONFLICT``
+per table; the consumed offsets are written in the same transaction, so after a crash the
+projector resumes exactly after the last batch that was committed (exactly-once projection).
+Merges carry their own guards (revision, state offset, lease token), so replaying an event
+that is already projected changes nothing either.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import rows
+
+log = logging.getLogger("duetime.projector")
+
+PROJECTION_TABLES = ("jobs", "executions", "dead_letters", "dlq_replays", "dags", "dag_runs")
+"""What ``--rebuild`` empties (with this projector's offsets) and the checksum covers."""
+
+_JOB_DEF_COLS = (
+    "name",
+    "priority",
+    "schedule",
+    "target",
+    "payload",
+    "retry",
+    "timeout_s",
+    "misfire",
+    "overlap",
+    "dag_id",
+    "dag_key",
+    "depends_on",
+    "labels",
+    "revision",
+    "created_at",
+    "updated_at",
+)
+_JOB_STATUS_COLS = ("status", "next_run_at", "status_at", "state_offset")
+JOB_COLS = ("job_id", *_JOB_DEF_COLS, *_JOB_STATUS_COLS)
+EXECUTION_COLS = (
+    "execution_id",
+    "scheduled_at",
+    "job_id",
+    "name",
+    "priority",
+    "status",
+    "attempt",
+    "trigger",
+    "queued_at",
+    "started_at",
+    "finished_at",
+    "worker_id",
+    "error",
+    "attempts",
+    "lateness_ms",
+    "dag_id",
+    "dag_run_id",
+)
+DEAD_COLS = (
+    "execution_id",
+    "job_id",
+    "name",
+    "dead_at",
+    "attempts",
+    "errors",
+    "request",
+    "dag_run_id",
+)
+DAG_COLS = (
+    "dag_id",
+    "name",
+    "schedule",
+    "overlap",
+    "nodes",
+    "revision",
+    "created_at",
+    "updated_at",
+)
+
+_PARTITION_RE = re.compile(r"^executions_(\d{8})$")
+_PARTITION_LOCK = 0x70726F6A  # "proj": serialises partition creation between projectors
+
+
+def _cols(cols: Sequence[str]) -> str:
+    return ", ".join(cols)
+
+
+def _job_upsert() -> str:
+    sets = [
+        f"{c} = CASE WHEN EXCLUDED.revision >= j.revision THEN EXCLUDED.{c} ELSE j.{c} END"
+        for c in _JOB_DEF_COLS
+    ] + [
+        f"{c} = CASE WHEN EXCLUDED.state_offset > j.state_offset THEN EXCLUDED.{c} ELSE j.{c} END"
+        for c in _JOB_STATUS_COLS
+    ]
+    return (
+        f"INSERT INTO jobs AS j ({_cols(JOB_COLS)}) SELECT {_cols(JOB_COLS)} FROM stage_jobs "
+        f"ON CONFLICT (job_id) DO UPDATE SET {', '.join(sets)} "
+        "WHERE EXCLUDED.revision >= j.revision OR EXCLUDED.state_offset > j.state_offset"
+    )
+
+
+_EXECUTION_UPSERT = (
+    f"INSERT INTO executions ({_cols(EXECUTION_COLS)}) "
+    f"SELECT {_cols(EXECUTION_COLS)} FROM stage_executions "
+    "ON CONFLICT (scheduled_at, execution_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in EXECUTION_COLS[2:])
+)
+_DEAD_UPSERT = (
+    f"INSERT INTO dead_letters AS d ({_cols(DEAD_COLS)}, replayed_at) "
+    f"SELECT {', '.join('s.' + c for c in DEAD_COLS)}, r.replayed_at FROM stage_dead s "
+    "LEFT JOIN dlq_replays r ON r.execution_id = s.execution_id "
+    "ON CONFLICT (execution_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in DEAD_COLS[1:])
+    + " WHERE EXCLUDED.attempts >= d.attempts"
+)
+_DAG_UPSERT = (
+    f"INSERT INTO dags AS d ({_cols(DAG_COLS)}) VALUES ({', '.join(['%s'] * len(DAG_COLS))}) "
+    "ON CONFLICT (dag_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in DAG_COLS[1:])
+    + " WHERE EXCLUDED.revision >= d.revision"
+)
+_DAG_RUN_UPSERT = """
+INSERT INTO dag_runs AS r (dag_run_id, dag_id, status, started_at, finished_at, node_statuses)
+VALUES (%(id)s, %(dag_id)s, COALESCE(%(status)s, 'running'), %(started_at)s, %(finished_at)s,
+        %(nodes)s::jsonb)
+ON CONFLICT (dag_run_id) DO UPDATE SET
+    status = COALESCE(%(status)s, r.status),
+    finished_at = COALESCE(EXCLUDED.finished_at, r.finished_at),
+    started_at = LEAST(r.started_at, EXCLUDED.started_at),
+    node_statuses = CASE WHEN %(replace)s THEN EXCLUDED.node_statuses
+                         ELSE r.node_statuses || EXCLUDED.node_statuses END
+"""
+_LAST_EXECUTION = """
+UPDATE jobs j SET last_execution_id = l.execution_id
+FROM unnest(%s::uuid[]) AS t(job_id)
+CROSS JOIN LATERAL (
+    SELECT e.execution_id FROM executions e WHERE e.job_id = t.job_id
+    ORDER BY e.scheduled_at DESC, e.execution_id DESC LIMIT 1
+) l
+WHERE j.job_id = t.job_id AND j.last_execution_id IS DISTINCT FROM l.execution_id
+"""
+
+
+@dataclass
+class Batch:
+    """What one consume cycle brings, already reduced per key (see ``rows``)."""
+
+    jobs: dict[str, rows.Record] = field(default_factory=dict)
+    # execution_id -> (scheduled_at_ms, job_id, [(kind, record)]) in consumption order
+    executions: dict[str, tuple[int, str, list[tuple[str, dict[str, Any]]]]] = field(
+        default_factory=dict
+    )
+    dead: dict[str, rows.Record] = field(default_factory=dict)
+    replays: dict[str, int] = field(default_factory=dict)
+    dags: dict[str, rows.Record] = field(default_factory=dict)
+    dag_run_events: list[dict[str, Any]] = field(default_factory=list)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    events: int = 0
+
+    def add_job(self, row: rows.Record) -> None:
+        self.jobs[row["job_id"]] = rows.merge_job(self.jobs.get(row["job_id"]), row)
+
+    def add_execution_event(self, kind: str, record: dict[str, Any]) -> None:
+        if kind == "dead":
+            scheduled, execution_id = record["request"]["scheduled_at_ms"], record["execution_id"]
+        else:
+            scheduled, execution_id = record["scheduled_at_ms"], record["execution_id"]
+        entry = self.executions.get(execution_id)
+        if entry is None:
+            entry = self.executions[execution_id] = (scheduled, record["job_id"], [])
+        entry[2].append((kind, record))
+
+    def add_dead(self, record: dict[str, Any]) -> None:
+        row = rows.dead_letter_row(record)
+        seen = self.dead.get(row["execution_id"])
+        if seen is None or row["attempts"] >= seen["attempts"]:
+            self.dead[row["execution_id"]] = row
+        self.add_execution_event("dead", record)
+
+    def add_replay(self, execution_id: str, issued_at_ms: int) -> None:
+        self.replays[execution_id] = max(issued_at_ms, self.replays.get(execution_id, 0))
+
+    def add_dag(self, record: dict[str, Any]) -> None:
+        seen = self.dags.get(record["dag_id"])
+        if seen is None or record["revision"] >= seen["revision"]:
+            self.dags[record["dag_id"]] = rows.dag_row(record)
+
+    def rows_written(self) -> int:
+        return (
+            len(self.jobs)
+            + len(self.executions)
+            + len(self.dead)
+            + len(self.replays)
+            + len(self.dags)
+            + len(self.dag_run_events)
+        )
+
+
+class ProjectionStore:
+    """One PostgreSQL connection, owned by the projector's loop thread."""
+
+    def __init__(self, database_url: str, consumer_name: str, retention_days: int) -> None:
+        self.database_url = database_url
+        self.consumer_name = consumer_name
+        self.retention_days = retention_days
+        self.conn: psycopg.Connection[Any] | None = None
+        self.days: set[date] = set()
+
+    # --- connection ---------------------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[Any]:
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        conn = psycopg.connect(self.database_url, autocommit=True)
+        for table, like in (
+            ("stage_jobs", "jobs"),
+            ("stage_executions", "executions"),
+            ("stage_dead", "dead_letters"),
+        ):
+            conn.execute(
+                f"CREATE TEMP TABLE IF NOT EXISTS {table} (LIKE {like} INCLUDING DEFAULTS) "
+                "ON COMMIT DELETE ROWS"
+            )
+        self.conn = conn
+        self.days = self._existing_days(conn)
+        return conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    # --- offsets ------------------------------------------------------------------------
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        conn = self.connect()
+        return {
+            (topic, partition): offset
+            for topic, partition, offset in conn.execute(
+                "SELECT topic, partition, next_offset FROM projector_offsets WHERE consumer = %s",
+                (self.consumer_name,),
+            )
+        }
+
+    # --- the batch ----------------------------------------------------------------------
+
+    def write(self, batch: Batch) -> None:
+        conn = self.connect()
+        with conn.transaction():
+            self._ensure_days(conn, batch)
+            if batch.executions:
+                self._write_executions(conn, batch)
+            if batch.jobs:
+                self._copy(conn, "stage_jobs", JOB_COLS, batch.jobs.values())
+                conn.execute(_job_upsert())
+            touched = {job_id for _, job_id, _ in batch.executions.values()} | set(batch.jobs)
+            if touched:
+                conn.execute(_LAST_EXECUTION, (sorted(touched),))
+            if batch.dead:
+                self._copy(conn, "stage_dead", DEAD_COLS, batch.dead.values())
+                conn.execute(_DEAD_UPSERT)
+            if batch.replays:
+                self._write_replays(conn, batch.replays)
+            for dag in batch.dags.values():
+                conn.execute(_DAG_UPSERT, [dag[c] for c in DAG_COLS])
+            if batch.dag_run_events:
+                self._write_dag_runs(conn, batch.dag_run_events)
+            if batch.offsets:
+                self._write_offsets(conn, batch.offsets)
+
+    def _copy(
+        self,
+        conn: psycopg.Connection[Any],
+        table: str,
+        cols: Sequence[str],
+        records: Iterable[rows.Record],
+    ) -> None:
+        with conn.cursor() as cur, cur.copy(f"COPY {table} ({_cols(cols)}) FROM STDIN") as copy:
+            for record in records:
+                copy.write_row([record[c] for c in cols])
+
+    def _write_executions(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
+        ids = list(batch.executions)
+        scheduled = [rows.dt(ms) for ms in sorted({s for s, _, _ in batch.executions.values()})]
+        existing: dict[str, rows.Execution] = {}
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                "SELECT execution_id, scheduled_at, job_id, name, priority, trigger, dag_id, "
+                "dag_run_id, attempts FROM executions "
+                "WHERE execution_id = ANY(%s::uuid[]) AND scheduled_at = ANY(%s)",
+                (ids, scheduled),
+            )
+            for row in cur:
+                ex = rows.execution_from_row(row)
+                existing[ex.execution_id] = ex
+        merged = []
+        for execution_id, (scheduled_ms, job_id, events) in batch.executions.items():
+            ex = existing.get(execution_id) or rows.Execution(execution_id, scheduled_ms, job_id)
+            for kind, record in events:
+                if kind == "request":
+                    rows.apply_request(ex, record)
+                elif kind == "result":
+                    rows.apply_result(ex, record)
+                else:
+                    rows.apply_dead_letter(ex, record)
+            merged.append(rows.execution_row(ex))
+        self._copy(conn, "stage_executions", EXECUTION_COLS, merged)
+        conn.execute(_EXECUTION_UPSERT)
+
+    def _write_replays(self, conn: psycopg.Connection[Any], replays: dict[str, int]) -> None:
+        ids = list(replays)
+        times = [rows.dt(replays[i]) for i in ids]
+        conn.execute(
+            "INSERT INTO dlq_replays AS r (execution_id, replayed_at) "
+            "SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
+            "ON CONFLICT (execution_id) DO UPDATE "
+            "SET replayed_at = GREATEST(r.replayed_at, EXCLUDED.replayed_at)",
+            (ids, times),
+        )
+        conn.execute(
+            "UPDATE dead_letters d SET replayed_at = r.replayed_at FROM dlq_replays r "
+            "WHERE d.execution_id = r.execution_id AND r.execution_id = ANY(%s::uuid[]) "
+            "AND d.replayed_at IS DISTINCT FROM r.replayed_at",
+            (ids,),
+        )
+
+    def _write_dag_runs(self, conn: psycopg.Connection[Any], events: list[dict[str, Any]]) -> None:
+        import json
+
+        for delta in rows.fold_dag_runs(events).values():
+            conn.execute(
+                _DAG_RUN_UPSERT,
+                {
+                    "id": delta.dag_run_id,
+                    "dag_id": delta.dag_id,
+                    "status": delta.status,
+                    "started_at": rows.dt(delta.first_at_ms),
+                    "finished_at": rows.dt(delta.finished_at_ms),
+                    "nodes": json.dumps(delta.nodes, sort_keys=True),
+                    "replace": delta.replace_nodes,
+                },
+            )
+
+    def _write_offsets(
+        self, conn: psycopg.Connection[Any], offsets: dict[tuple[str, int], int]
+    ) -> None:
+        keys = sorted(offsets)
+        conn.execute(
+            "INSERT INTO projector_offsets AS o (consumer, topic, partition, next_offset) "
+            "SELECT %s, * FROM unnest(%s::text[], %s::int[], %s::bigint[]) "
+            "ON CONFLICT (consumer, topic, partition) DO UPDATE "
+            "SET next_offset = GREATEST(o.next_offset, EXCLUDED.next_offset)",
+            (
+                self.consumer_name,
+                [t for t, _ in keys],
+                [p for _, p in keys],
+                [offsets[k] for k in keys],
+            ),
+        )
+
+    # --- daily partitions and retention ---------------------------------------------------
+
+    @staticmethod
+    def _existing_days(conn: psycopg.Connection[Any]) -> set[date]:
+        names = conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'executions'::regclass"
+        ).fetchall()
+        days = set()
+        for (name,) in names:
+            m = _PARTITION_RE.match(name)
+            if m:
+                days.add(datetime.strptime(m.group(1), "%Y%m%d").date())
+        return days
+
+    def horizon_day(self, now: datetime | None = None) -> date:
+        """The oldest day that is still kept; older executions go to the default partition."""
+        now = now or datetime.now(UTC)
+        return (now - timedelta(days=self.retention_days)).date()
+
+    def _ensure_days(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
+        oldest = self.horizon_day()
+        wanted = {
+            day
+            for s, _, _ in batch.executions.values()
+            if (day := datetime.fromtimestamp(s / 1000, tz=UTC).date()) >= oldest
+        }
+        missing = sorted(wanted - self.days)
+        if missing:
+            self.ensure_partitions(conn, missing)
+
+    def ensure_partitions(self, conn: psycopg.Connection[Any], days: Sequence[date]) -> int:
+        """Create the daily partitions of ``days`` that do not exist yet (inside the caller's
+        transaction, so a failed batch does not leave them half made)."""
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PARTITION_LOCK,))
+        made = 0
+        for day in days:
+            row = conn.execute("SELECT duetime_ensure_execution_partitions(%s, 1)", (day,))
+            made += (row.fetchone() or (0,))[0]
+        self.days.update(days)
+        return made
+
+    def housekeeping(self, now: datetime | None = None, ahead_days: int = 2) -> dict[str, int]:
+        """Create the next days' partitions, drop those past retention, delete old rows.
+
+        Runs on its own connection (beside the loop); safe to run from several projectors.
+        """
+        now = now or datetime.now(UTC)
+        oldest = self.horizon_day(now)
+        horizon = now - timedelta(days=self.retention_days)
+        out = {"created": 0, "dropped": 0, "deleted_executions": 0, "deleted_dead_letters": 0}
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            with conn.transaction():
+                today = now.date()
+                out["created"] = self.ensure_partitions(
+                    conn, [today + timedelta(days=i) for i in range(ahead_days + 1)]
+                )
+            for day in sorted(self._existing_days(conn)):
+                if day >= oldest:
+                    continue
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PARTITION_LOCK,))
+                    conn.execute(f"DROP TABLE IF EXISTS executions_{day:%Y%m%d}")
+                out["dropped"] += 1
+                self.days.discard(day)
+            # rows whose occurrence is older than the horizon live in the default partition
+            # (e.g. a one-time job for 2020 that ran today): keep them until they are as old
+            out["deleted_executions"] = conn.execute(
+                "DELETE FROM executions_default WHERE scheduled_at < %s "
+                "AND COALESCE(finished_at, started_at, queued_at, scheduled_at) < %s",
+                (horizon, horizon),
+            ).rowcount
+            out["deleted_dead_letters"] = conn.execute(
+                "DELETE FROM dead_letters WHERE dead_at < %s", (horizon,)
+            ).rowcount
+        return out
+
+    # --- rebuild and checksums ----------------------------------------------------------
+
+    def truncate(self) -> None:
+        """Empty the projection and forget this projector's offsets, in one transaction."""
+        conn = self.connect()
+        with conn.transaction():
+            conn.execute(f"TRUNCATE {', '.join(PROJECTION_TABLES)}")
+            conn.execute("DELETE FROM projector_offsets WHERE consumer = %s", (self.consumer_name,))
+
+
+_CHECKSUM_KEYS = {
+    "jobs": "job_id",
+    "executions": "execution_id",
+    "dead_letters": "execution_id",
+    "dlq_replays": "execution_id",
+    "dags": "dag_id",
+    "dag_runs": "dag_run_id",
+}
+
+
+def checksums(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, str]]:
+    """(row count, md5 of every row in key order) of each projected table."""
+    out = {}
+    for table in PROJECTION_TABLES:
+        key = _CHECKSUM_KEYS[table]
+        count, digest = conn.execute(
+            f"SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t.{key})), '') "
+            f"FROM {table} t"
+        ).fetchone() or (0, "")
+        out[table] = (int(count), str(digest))
+    return out

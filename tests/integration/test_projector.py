@@ -1,0 +1,216 @@
+"""The projector against the real broker and database: rows, ordering, rebuild, retention."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from duetime.consumers.projector.store import ProjectionStore, checksums
+from duetime.core.config import CommonSettings
+from duetime.core.topics import Topics
+from duetime.producers.sdk import JobClient
+from duetime.schedulers.settings import SchedulerSettings
+from duetime.schemas.codec import Codec
+from tests.helpers import RunningScheduler, wait_for
+from tests.integration.test_projector_support import (
+    RunningProjector,
+    SimWorker,
+    pg_rows,
+    project_all,
+)
+
+HTTP = {"type": "http", "url": "http://127.0.0.1:9/none"}
+
+
+@pytest.fixture
+def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
+    running = RunningScheduler(SchedulerSettings(common=settings, misfire_threshold_s=1.0))
+    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own partitions")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def worker(settings: CommonSettings) -> Iterator[SimWorker]:
+    w = SimWorker(settings)
+    yield w
+    w.close()
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat().replace("+00:00", "Z")
+
+
+def status_of(settings: CommonSettings, job_id: str) -> str | None:
+    got = pg_rows(settings, "SELECT status FROM jobs WHERE job_id = %s", job_id)
+    return got[0][0] if got else None
+
+
+def scheduler_knows(settings: CommonSettings, job_id: str) -> bool:
+    got = pg_rows(settings, "SELECT state_offset FROM jobs WHERE job_id = %s", job_id)
+    return bool(got) and got[0][0] >= 0
+
+
+def test_projection_follows_jobs_executions_and_dead_letters_then_rebuilds_identically(
+    settings: CommonSettings, scheduler: RunningScheduler, worker: SimWorker
+) -> None:
+    projector = RunningProjector(settings)
+    try:
+        with JobClient(settings=settings) as client:
+            ok = client.create_job(
+                name="ok", schedule={"at": iso(datetime.now(UTC))}, target=HTTP, payload={"a": 1}
+            )
+            fail = client.create_job(
+                name="fail-always",
+                schedule={"at": iso(datetime.now(UTC))},
+                target=HTTP,
+                retry={"max_retries": 1, "base_delay_s": 0.1, "jitter": False},
+            )
+            later = client.create_job(name="later", schedule={"cron": "0 3 * * *"}, target=HTTP)
+            paused = client.create_job(name="paused", schedule={"cron": "0 3 * * *"}, target=HTTP)
+            # the scheduler must know the job before a command about it (it drops the others)
+            wait_for(lambda: scheduler_knows(settings, paused.job_id), 30, "the job's state")
+            client.pause(paused.job_id)
+        wait_for(lambda: status_of(settings, ok.job_id) == "success", 30, "ok to succeed")
+        wait_for(lambda: status_of(settings, fail.job_id) == "dead", 30, "fail to go dead")
+        wait_for(lambda: status_of(settings, paused.job_id) == "paused", 30, "paused job")
+        assert status_of(settings, later.job_id) == "pending"
+
+        (row,) = pg_rows(
+            settings,
+            "SELECT status, attempt, trigger, worker_id, queued_at, started_at, finished_at, "
+            "lateness_ms, priority, name FROM executions WHERE job_id = %s",
+            ok.job_id,
+        )
+        status, attempt, trigger, worker_id, queued, started, finished, lateness, prio, name = row
+        assert (status, attempt, trigger, worker_id, prio, name) == (
+            "success",
+            1,
+            "schedule",
+            "sim-worker",
+            "normal",
+            "ok",
+        )
+        assert queued <= started <= finished and lateness is not None and lateness >= 0
+        (dead_row,) = pg_rows(
+            settings,
+            "SELECT status, attempt, attempts, error FROM executions WHERE job_id = %s",
+            fail.job_id,
+        )
+        assert dead_row[0] == "dead" and dead_row[1] == 2
+        assert [a["status"] for a in dead_row[2]] == ["failed", "dead"]
+        assert dead_row[3]["type"] == "SimulatedError"
+        (dl,) = pg_rows(
+            settings, "SELECT attempts, name FROM dead_letters WHERE job_id = %s", fail.job_id
+        )
+        assert dl == (2, "fail-always")
+        (last,) = pg_rows(
+            settings, "SELECT last_execution_id IS NOT NULL FROM jobs WHERE job_id = %s", ok.job_id
+        )
+        assert last == (True,)
+        projector.caught_up()
+    finally:
+        projector.stop()
+    scheduler.stop()
+    worker.close()
+
+    with psycopg.connect(settings.database_url) as conn:
+        live = checksums(conn)
+    assert live["jobs"][0] == 4 and live["executions"][0] == 2 and live["dead_letters"][0] == 1
+    project_all(settings, rebuild=True)
+    with psycopg.connect(settings.database_url) as conn:
+        rebuilt = checksums(conn)
+    assert rebuilt == live
+
+
+def test_status_never_moves_backwards_and_replays_are_idempotent(
+    settings: CommonSettings,
+) -> None:
+    """States arrive, then an older definition and a duplicate of every record: nothing moves."""
+    topics, codec = Topics(settings.topic_prefix), Codec()
+    with JobClient(settings=settings) as client:
+        definition = client.build(name="x", schedule={"cron": "0 3 * * *"}, target=HTTP)
+    job_id = definition["job_id"]
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+
+    def state(status: str, at_ms: int) -> bytes:
+        return codec.encode(
+            "state",
+            {
+                "job_id": job_id,
+                "definition": definition,
+                "status": status,
+                "next_run_at_ms": None,
+                "last_scheduled_at_ms": None,
+                "paused_at_ms": None,
+                "inflight": [],
+                "queued_occurrence_ms": None,
+                "fired_count": 0,
+                "updated_at_ms": at_ms,
+                "dag_runs": {},
+            },
+        )
+
+    producer.produce(topics.state, key=job_id, value=state("queued", 1000), partition=0)
+    # a state with an *older* clock but a later offset is still the newer one
+    producer.produce(topics.state, key=job_id, value=state("paused", 500), partition=0)
+    producer.flush(10)
+    project_all(settings)
+    assert status_of(settings, job_id) == "paused"
+    # the definition (status pending) arrives late: the status stays
+    producer.produce(topics.jobs, key=job_id, value=codec.encode("job", definition), partition=0)
+    producer.flush(10)
+    project_all(settings)
+    assert status_of(settings, job_id) == "paused"
+    # a projector that forgot its offsets re-reads everything: same tables
+    with psycopg.connect(settings.database_url) as conn:
+        before = checksums(conn)
+        conn.execute("DELETE FROM projector_offsets")
+    project_all(settings)
+    with psycopg.connect(settings.database_url) as conn:
+        assert checksums(conn) == before
+        offsets = conn.execute("SELECT count(*) FROM projector_offsets").fetchone()
+    assert offsets is not None and offsets[0] >= 2
+
+
+def test_partitions_are_made_ahead_and_dropped_after_retention(settings: CommonSettings) -> None:
+    store = ProjectionStore(settings.database_url, "test", retention_days=30)
+    now = datetime(2026, 3, 10, 12, tzinfo=UTC)
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute("SELECT duetime_ensure_execution_partitions(%s, 3)", (date(2026, 2, 1),))
+        # an execution of an old occurrence that ran recently is kept; a long-finished one not
+        for execution_id, finished in (
+            ("00000000-0000-0000-0000-000000000001", now - timedelta(days=1)),
+            ("00000000-0000-0000-0000-000000000002", now - timedelta(days=40)),
+        ):
+            conn.execute(
+                "INSERT INTO executions (execution_id, scheduled_at, job_id, priority, status, "
+                "attempt, finished_at) VALUES (%s, '2025-01-01', %s, 'normal', 'success', 1, %s)",
+                (execution_id, execution_id, finished),
+            )
+    done = store.housekeeping(now)
+    assert done["created"] == 3 and done["dropped"] == 3 and done["deleted_executions"] == 1
+    names = {
+        r[0]
+        for r in pg_rows(
+            settings,
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'executions'::regclass",
+        )
+    }
+    assert names == {
+        "executions_default",
+        "executions_20260310",
+        "executions_20260311",
+        "executions_20260312",
+    }
+    kept = pg_rows(settings, "SELECT execution_id::text FROM executions")
+    assert kept == [("00000000-0000-0000-0000-000000000001",)]
+    assert json.dumps(store.housekeeping(now)) == json.dumps(
+        {"created": 0, "dropped": 0, "deleted_executions": 0, "deleted_dead_letters": 0}
+    )
