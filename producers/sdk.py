@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
@@ -25,6 +25,9 @@ from duetime.core.jobspec import DEFAULT_MAX_PAYLOAD_BYTES, build_job, parse_uui
 from duetime.core.schedule import first_fire
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
+
+DeliveryCallback = Callable[[KafkaError | None], None]
+"""Told the outcome of one published event: None once acknowledged, else the error."""
 
 CONTROL_KINDS = ("pause", "resume", "cancel", "trigger", "release", "skip", "replay")
 
@@ -107,8 +110,17 @@ class JobClient:
             definition=definition,
         )
 
-    def publish_definition(self, definition: Mapping[str, Any], *, wait: bool = True) -> None:
-        self._send(self.topics.jobs, definition["job_id"], self.codec.encode("job", definition))
+    def publish_definition(
+        self,
+        definition: Mapping[str, Any],
+        *,
+        wait: bool = True,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Publish a built definition. ``on_delivery(error_or_None)`` reports this one event's
+        fate (served by :meth:`poll` / :meth:`flush`); its error is then the caller's alone."""
+        value = self.codec.encode("job", definition)
+        self._send(self.topics.jobs, definition["job_id"], value, on_delivery)
         if wait:
             self.flush()
 
@@ -138,8 +150,10 @@ class JobClient:
         execution_id: str | None = None,
         reason: str | None = None,
         requested_by: str | None = None,
+        on_delivery: DeliveryCallback | None = None,
     ) -> str:
-        """Publish a control command; returns its command_id."""
+        """Publish a control command; returns its command_id (``on_delivery``: as in
+        :meth:`publish_definition`)."""
         job_id = parse_uuid(job_id, "job_id")
         command_id = str(uuid.uuid4())
         record = {
@@ -153,7 +167,7 @@ class JobClient:
             "reason": reason,
             "requested_by": requested_by,
         }
-        self._send(self.topics.control, job_id, self.codec.encode("control", record))
+        self._send(self.topics.control, job_id, self.codec.encode("control", record), on_delivery)
         if wait:
             self.flush()
         return command_id
@@ -305,10 +319,18 @@ class JobClient:
 
     # --- delivery -------------------------------------------------------------------------
 
-    def _send(self, topic: str, key: str, value: bytes) -> None:
+    def _send(
+        self, topic: str, key: str, value: bytes, on_delivery: DeliveryCallback | None = None
+    ) -> None:
+        callback = self._delivered
+        if on_delivery is not None:
+
+            def callback(err: KafkaError | None, msg: Message) -> None:
+                on_delivery(err)
+
         while True:
             try:
-                self._producer.produce(topic, key=key, value=value, on_delivery=self._delivered)
+                self._producer.produce(topic, key=key, value=value, on_delivery=callback)
                 self._producer.poll(0)
                 return
             except BufferError:
@@ -317,6 +339,10 @@ class JobClient:
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._errors.append(err)
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        """Serve delivery callbacks (for callers publishing with ``wait=False``)."""
+        return int(self._producer.poll(timeout_s))
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every event is acknowledged; raise if any was refused."""
