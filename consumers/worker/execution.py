@@ -27,6 +27,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Message
 
+from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority
 from duetime.schemas.codec import Codec
 
@@ -53,8 +54,11 @@ class Item:
     request: dict[str, Any]
     enqueued_at: float = 0.0
     token: int | None = None
-    abort: asyncio.Future[str] | None = None
-    """Resolved with LOST or HANDED_BACK to stop the run early."""
+    task: asyncio.Task[None] | None = None
+    in_target: bool = False
+    """True while the task is suspended inside the target (the only place it is cancelled)."""
+    abort_reason: str | None = None
+    """LOST or HANDED_BACK when the run was stopped early."""
 
     @property
     def execution_id(self) -> str:
@@ -92,6 +96,7 @@ class Executor:
         on_slot_free: Callable[[Item], None],
         on_finished: Callable[[Item, bool], None],
         on_lease_wait: Callable[[Item, float], None],
+        on_fatal: Callable[[BaseException], None],
     ) -> None:
         self.worker_id = worker_id
         self.codec = codec
@@ -103,17 +108,22 @@ class Executor:
         self._on_slot_free = on_slot_free
         self._on_finished = on_finished
         self._on_lease_wait = on_lease_wait
+        self._on_fatal = on_fatal
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = 0
         self._held: dict[str, Item] = {}
         self._stopping = False
+        # labelled children resolved once: labels() costs more than the observation itself
+        self._lateness = {p: metrics.START_LATENESS.labels(priority=p.value) for p in Priority}
+        self._started = {p: metrics.STARTED.labels(priority=p.value) for p in Priority}
+        self._durations = {p: metrics.DURATION.labels(priority=p.value) for p in Priority}
 
     # --- what the worker asks -------------------------------------------------------------
 
     def start(self, item: Item) -> None:
         """Run ``item`` in a task; the caller has already taken its slot."""
         self._running += 1
-        self._spawn(self._execute(item), item.key)
+        item.task = self._spawn(self._execute(item), item.key)
 
     def running_count(self) -> int:
         return self._running
@@ -125,16 +135,14 @@ class Executor:
     def lose(self, execution_id: str) -> None:
         """The lease was taken over: stop the run; its result will not be reported."""
         item = self._held.get(execution_id)
-        if item is not None and item.abort is not None and not item.abort.done():
-            item.abort.set_result(LOST)
+        if item is not None:
+            self._abort(item, LOST)
 
     async def abort_all(self, reason: str) -> int:
         """Stop every running target, release its lease; returns how many were stopped."""
         self._stopping = True
-        stopped = [i for i in self._held.values() if i.abort is not None and not i.abort.done()]
+        stopped = [i for i in self._held.values() if self._abort(i, HANDED_BACK)]
         for item in stopped:
-            assert item.abort is not None
-            item.abort.set_result(HANDED_BACK)
             log.info("handing back: %s", reason, extra=item.fields())
         held = [(i.execution_id, i.token) for i in stopped if i.token is not None]
         try:
@@ -173,12 +181,21 @@ class Executor:
         )
         self._spawn(self._park(item, msg.value(), msg.key(), headers), item.key)
 
+    def _abort(self, item: Item, reason: str) -> bool:
+        """Cancel ``item``'s task if it is inside its target; True when it was."""
+        if not item.in_target or item.abort_reason is not None or item.task is None:
+            return False
+        item.abort_reason = reason
+        item.task.cancel()
+        return True
+
     # --- one execution --------------------------------------------------------------------
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _execute(self, item: Item) -> None:
         slot = [True]
@@ -202,7 +219,7 @@ class Executor:
             free_slot()
             if outcome is None:
                 self._release_hold(item)
-                if item.abort is not None and item.abort.result() == LOST:
+                if item.abort_reason == LOST:
                     self._lost(item, "while running")
                 else:
                     self._on_finished(item, False)
@@ -228,10 +245,8 @@ class Executor:
     async def _run(self, item: Item) -> tuple[Outcome | None, int, int]:
         request = item.request
         started_ms = _now_ms()
-        metrics.START_LATENESS.labels(priority=item.priority.value).observe(
-            max(0, started_ms - request["due_at_ms"]) / 1000
-        )
-        metrics.STARTED.labels(priority=item.priority.value).inc()
+        self._lateness[item.priority].observe(max(0, started_ms - request["due_at_ms"]) / 1000)
+        self._started[item.priority].inc()
         assert item.token is not None
         running = result_record(
             request,
@@ -247,24 +262,28 @@ class Executor:
             partition=item.tp[1],
         )
         sent.add_done_callback(_retrieve)  # the final result's delivery is what counts
-        item.abort = asyncio.get_running_loop().create_future()
-        run = asyncio.ensure_future(self.targets.run(request))
+        item.abort_reason = None
         timeout_s = request["timeout_s"]
-        waiters: set[asyncio.Future[Any]] = {run, item.abort}
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        outcome: Outcome | None
+        item.in_target = True
+        try:
+            async with asyncio.timeout(timeout_s):
+                outcome = await self.targets.run(request)
+        except TimeoutError:
+            log.info("attempt timed out after %.3g s", timeout_s, extra=item.fields())
+            outcome = timed_out(timeout_s)
+        except asyncio.CancelledError:
+            if item.abort_reason is None:
+                raise  # the worker itself is being torn down
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # our own abort: carry on with the bookkeeping
+            outcome = None
+        finally:
+            item.in_target = False
         finished_ms = _now_ms()
-        metrics.DURATION.labels(priority=item.priority.value).observe(
-            (finished_ms - started_ms) / 1000
-        )
-        if run.done():
-            return run.result(), started_ms, finished_ms
-        run.cancel()
-        run.add_done_callback(_retrieve)
-        if item.abort.done():
-            return None, started_ms, finished_ms
-        item.abort.set_result("timeout")
-        log.info("attempt timed out after %.3g s", timeout_s, extra=item.fields())
-        return timed_out(timeout_s), started_ms, finished_ms
+        self._durations[item.priority].observe((finished_ms - started_ms) / 1000)
+        return outcome, started_ms, finished_ms
 
     async def _report(
         self, item: Item, outcome: Outcome, started_ms: int, finished_ms: int
@@ -306,6 +325,11 @@ class Executor:
                 await future
                 return True
             except KafkaException as exc:
+                if classify(exc) is ErrorClass.FATAL:
+                    # e.g. the idempotent producer lost its sequence: nothing this process
+                    # sends can be trusted any more; stop (unreported work is redelivered)
+                    self._on_fatal(exc)
+                    return False
                 if self._stopping:
                     return False
                 log.warning("publishing a result failed, retrying: %s", exc, extra=item.fields())

@@ -47,7 +47,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from duetime.consumers.tasks import TaskRegistry
 from duetime.core import kafka
-from duetime.core.errors import DecodeError
+from duetime.core.errors import ConfigError, DecodeError
 from duetime.core.models import PRIORITY_ORDER, Priority
 from duetime.core.priority import Waiting, select_next
 from duetime.core.topics import Topics
@@ -98,7 +98,14 @@ class Worker:
         if registry is not None:
             self.registry.update(registry)
         if settings.imports:
-            self.registry.discover(settings.imports)
+            try:
+                self.registry.discover(settings.imports)
+            except Exception as exc:
+                raise ConfigError(
+                    f"DUETIME_WORKER_IMPORTS: cannot import {', '.join(settings.imports)}: "
+                    f"{type(exc).__name__}: {exc}",
+                    details={"variable": "DUETIME_WORKER_IMPORTS"},
+                ) from exc
         self.offsets = OffsetTracker()
         self.state = _State()
         self._priority_of = {self.topics.execution(p): p for p in PRIORITY_ORDER}
@@ -115,6 +122,7 @@ class Worker:
         self.executor: Executor | None = None
         self._http: httpx.AsyncClient | None = None
         self.ready = asyncio.Event()
+        self.exit_code = 0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -174,6 +182,7 @@ class Worker:
             on_slot_free=self._slot_freed,
             on_finished=self._finished,
             on_lease_wait=self._lease_wait,
+            on_fatal=self._fatal,
         )
         consumer = kafka.consumer(
             self.common,
@@ -255,6 +264,11 @@ class Worker:
             await self.leases.close()
         self.codec.close()
         log.info("worker stopped")
+
+    def _fatal(self, exc: BaseException) -> None:
+        log.error("fatal Kafka producer error, stopping: %s", exc)
+        self.exit_code = 1
+        self.stop()
 
     def _kafka_target_producer(self) -> AsyncProducer:
         # a separate producer for users' topics: a failure there must not touch our results
@@ -533,12 +547,12 @@ class Worker:
 def run(settings: WorkerSettings, registry: TaskRegistry | None = None) -> int:
     """The ``duetime worker`` process: run until SIGTERM or SIGINT."""
 
-    async def main() -> None:
+    async def main() -> int:
         worker = Worker(settings, registry)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
         await worker.run()
+        return worker.exit_code
 
-    asyncio.run(main())
-    return 0
+    return asyncio.run(main())

@@ -72,7 +72,9 @@ class Requests:
 @pytest.fixture
 def requests(settings: CommonSettings) -> Iterator[Requests]:
     support.reset()
-    yield Requests(settings)
+    requests = Requests(settings)
+    yield requests
+    requests.flush()
 
 
 def start(settings: CommonSettings, **overrides: Any) -> RunningWorker:

@@ -1,0 +1,573 @@
+"""Worker benchmarks (issue 4): end-to-end throughput, worker-only throughput, start lateness at
+a sustained rate, and the cost of the lease per execution.
+
+    python -m bench.worker_throughput e2e --workers 1 2 4 --jobs 20000
+    python -m bench.worker_throughput drain --workers 1 2 4 --jobs 20000
+    python -m bench.worker_throughput rate --rate 350 --duration-s 30 --workers 2
+    python -m bench.worker_throughput lease --executions 20000
+
+How it runs: the bench stack of ``bench.common`` (a local Kafka and PostgreSQL), ONE scheduler
+process and N worker processes (``duetime worker``), all on this machine's cores together with
+the load generator and the reader of the results topic. Targets are a no-op async Python
+function (``bench.worker_throughput:noop``), so the figures are the cost of duetime itself.
+
+- ``e2e``: create J one-time jobs due now with the SDK, as fast as it publishes; throughput is
+  J / (last success received − first create). ``lost``: jobs without a success at the end;
+  ``duplicates``: executions started more than once.
+- ``drain``: J execution requests written straight to the execution topics, then N workers
+  started; throughput is J / (last success − first start). The worker alone, no scheduler.
+- ``rate``: jobs due at a steady rate R for D seconds (created ahead of time); start lateness
+  is the worker's ``started_at`` minus the due time: the scheduler's emit, the transaction
+  commit, the fetch, the lease claim and the start, all included.
+- ``lease``: claim + complete of E executions against PostgreSQL, one at a time and in the
+  batches concurrent executions form; reported as µs per execution and round trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench.common import (
+    ROOT,
+    bench_stack,
+    percentiles,
+    plot_series,
+    progress,
+    role_env,
+    start_role,
+    write_result,
+)
+
+NOOP = "bench.worker_throughput:noop"
+PARTITIONS = 12
+WORKER_CONCURRENCY = 500
+METRICS_BASE_PORT = 19400
+
+
+async def noop(ctx: Any) -> None:
+    """The benchmark's target: nothing, so the figures are duetime's own cost."""
+    return None
+
+
+# --- the results topic ----------------------------------------------------------------------
+
+
+class Results:
+    """Reads the results topic (read_committed) and keeps what the figures need."""
+
+    def __init__(self, common: Any) -> None:
+        from duetime.core.topics import Topics
+        from duetime.schemas.codec import Codec
+
+        self.codec = Codec()
+        # execution_id -> [(started_at_ms, worker_id, lease_token, scheduled_at_ms)]
+        self.running: dict[str, list[tuple[int, str, int, int]]] = {}
+        self.success: dict[str, tuple[int, int]] = {}  # eid -> (finished_ms, received_ms)
+        self.failures = 0
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": common.bootstrap_servers,
+                "group.id": f"bench-results-{uuid.uuid4().hex[:6]}",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        topic = Topics(common.topic_prefix).results
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(common.partitions)])
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msgs = self.consumer.consume(2000, 0.005)
+            now_ms = time.time_ns() // 1_000_000
+            with self.lock:
+                for m in msgs:
+                    if m.error():
+                        continue
+                    r = self.codec.decode("result", m.value() or b"")
+                    eid = r["execution_id"]
+                    if r["status"] == "running":
+                        self.running.setdefault(eid, []).append(
+                            (
+                                r["started_at_ms"],
+                                r["worker_id"],
+                                r["lease_token"],
+                                r["scheduled_at_ms"],
+                            )
+                        )
+                    elif r["status"] == "success":
+                        self.success.setdefault(eid, (r["finished_at_ms"], now_ms))
+                    else:
+                        self.failures += 1
+
+    def done(self) -> int:
+        with self.lock:
+            return len(self.success)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(10)
+        self.consumer.close()
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def log_text(name: str) -> str:
+    path = ROOT / ".duetime" / "bench" / "logs" / f"{name}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def wait_log(name: str, pattern: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if re.search(pattern, log_text(name)):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{name}: no {pattern!r} in its log after {timeout_s} s")
+
+
+def start_workers(common: Any, n: int, tag: str) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(n):
+        name = f"{tag}-worker-{i}"
+        env = role_env(
+            common,
+            PYTHONPATH=str(ROOT),
+            DUETIME_INSTANCE_ID=name,
+            DUETIME_LOG_LEVEL="INFO",
+            DUETIME_WORKER_CONCURRENCY=str(WORKER_CONCURRENCY),
+            DUETIME_WORKER_BUFFER=str(WORKER_CONCURRENCY * 10),
+            DUETIME_METRICS_PORT=str(METRICS_BASE_PORT + i),
+        )
+        procs.append(start_role(["worker"], env, name))
+    for i in range(n):
+        wait_log(f"{tag}-worker-{i}", r"assigned \d+ partitions")
+    return procs
+
+
+def start_scheduler(common: Any, tag: str) -> subprocess.Popen[bytes]:
+    from bench.scheduler import wait_owned
+
+    name = f"{tag}-sched"
+    proc = start_role(["scheduler"], role_env(common, DUETIME_INSTANCE_ID=name), name)
+    wait_owned(name, common.partitions)
+    return proc
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def scrape(n: int) -> dict[str, float]:
+    """Sum the lease metrics of ``n`` workers' /metrics endpoints."""
+    totals: dict[str, float] = {}
+    pattern = re.compile(
+        r'^duetime_worker_lease_batch_(seconds|size)_(sum|count)\{op="(\w+)"\} ([0-9.e+-]+)$'
+    )
+    for i in range(n):
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{METRICS_BASE_PORT + i}/metrics", timeout=5
+            ) as response:
+                text = response.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            match = pattern.match(line)
+            if match:
+                kind, stat, op, value = match.groups()
+                key = f"{op}_{kind}_{stat}"
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+def lease_figures(metrics: dict[str, float], executions: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for op in ("claim", "complete"):
+        batches = metrics.get(f"{op}_size_count", 0.0)
+        if batches:
+            out[f"{op}_round_trips"] = int(batches)
+            out[f"{op}_mean_batch"] = round(metrics.get(f"{op}_size_sum", 0.0) / batches, 1)
+            out[f"{op}_mean_round_trip_ms"] = round(
+                1000 * metrics.get(f"{op}_seconds_sum", 0.0) / max(1.0, batches), 2
+            )
+    seconds = metrics.get("claim_seconds_sum", 0.0) + metrics.get("complete_seconds_sum", 0.0)
+    if executions:
+        out["db_wall_time_per_execution_us"] = round(1e6 * seconds / executions, 1)
+    return out
+
+
+# --- job and request generation -------------------------------------------------------------
+
+
+def create_jobs(common: Any, times_ms: list[int]) -> tuple[list[str], float]:
+    from duetime.producers.sdk import JobClient
+
+    started = time.monotonic()
+    ids = []
+    with JobClient(settings=common) as client:
+        for i, at_ms in enumerate(times_ms):
+            at = datetime.fromtimestamp(at_ms / 1000, UTC).isoformat()
+            ids.append(
+                client.create_job(
+                    name=f"wb-{i}",
+                    schedule={"at": at},
+                    target={"type": "python", "ref": NOOP},
+                    retry={"max_retries": 3, "base_delay_s": 1},
+                    wait=False,
+                ).job_id
+            )
+    return ids, time.monotonic() - started
+
+
+def produce_requests(common: Any, n: int) -> list[str]:
+    """``n`` execution requests straight onto exec.normal (the scheduler's part skipped)."""
+    from duetime.core.topics import Topics
+    from duetime.schemas.codec import Codec
+
+    codec = Codec()
+    topic = Topics(common.topic_prefix).execution("normal")
+    producer = Producer({"bootstrap.servers": common.bootstrap_servers, "linger.ms": 20})
+    ids: list[str] = []
+    now_ms = time.time_ns() // 1_000_000
+    for _ in range(n):
+        record: dict[str, Any] = {
+            "execution_id": str(uuid.uuid4()),
+            "job_id": str(uuid.uuid4()),
+            "name": "drain",
+            "attempt": 1,
+            "scheduled_at_ms": now_ms,
+            "due_at_ms": now_ms,
+            "emitted_at_ms": now_ms,
+            "priority": "normal",
+            "target": {"ref": NOOP},
+            "payload_json": "null",
+            "timeout_s": 60.0,
+            "trigger": "schedule",
+        }
+        ids.append(record["execution_id"])
+        while True:
+            try:
+                producer.produce(topic, codec.encode("execution", record), key=record["job_id"])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
+    return ids
+
+
+def fresh(common: Any) -> Any:
+    """The same servers, new topics (one run of a scenario must not see another's)."""
+    from duetime.core.topics import Topics
+    from duetime.infra.topics import create_topics
+
+    run = replace(common, topic_prefix=f"wb{uuid.uuid4().hex[:8]}.")
+    create_topics(run.bootstrap_servers, Topics(run.topic_prefix).specs(run.partitions))
+    return run
+
+
+def wait_done(results: Results, n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = -1
+    while time.monotonic() < deadline:
+        done = results.done()
+        if done >= n:
+            return
+        if done != last:
+            progress(f"{done:,}/{n:,} successes")
+            last = done
+        time.sleep(1)
+    progress(f"gave up waiting: {results.done():,}/{n:,} successes")
+
+
+# --- scenarios ------------------------------------------------------------------------------
+
+
+def scenario_e2e(workers: list[int], jobs: int) -> dict[str, Any]:
+    runs = []
+    with bench_stack(PARTITIONS) as base:
+        for n in workers:
+            common = fresh(base)
+            tag = f"e2e-{n}"
+            procs = [start_scheduler(common, tag), *start_workers(common, n, tag)]
+            results = Results(common)
+            try:
+                t0 = time.time()
+                _, create_s = create_jobs(common, [int(t0 * 1000)] * jobs)
+                progress(f"{n} workers: {jobs:,} jobs created in {create_s:.1f} s")
+                wait_done(results, jobs, 120 + jobs / 100)
+                metrics = scrape(n)
+            finally:
+                results.close()
+                stop(procs)
+            runs.append(summarize_run(f"e2e, {n} workers", results, jobs, t0, metrics, n))
+            runs[-1]["create_s"] = round(create_s, 2)
+    return report("worker-e2e", runs, jobs, workers, "create → success")
+
+
+def scenario_drain(workers: list[int], jobs: int) -> dict[str, Any]:
+    runs = []
+    with bench_stack(PARTITIONS) as base:
+        for n in workers:
+            common = fresh(base)
+            tag = f"drain-{n}"
+            produce_requests(common, jobs)
+            results = Results(common)
+            t0 = time.time()
+            procs = start_workers(common, n, tag)
+            try:
+                wait_done(results, jobs, 120 + jobs / 100)
+                metrics = scrape(n)
+            finally:
+                results.close()
+                stop(procs)
+            first_start = min(r[0][0] for r in results.running.values()) / 1000
+            runs.append(
+                summarize_run(f"drain, {n} workers", results, jobs, first_start, metrics, n)
+            )
+            runs[-1]["startup_s"] = round(first_start - t0, 2)
+    return report("worker-drain", runs, jobs, workers, "first start → last success")
+
+
+def summarize_run(
+    label: str, results: Results, jobs: int, t0_s: float, metrics: dict[str, float], n: int
+) -> dict[str, Any]:
+    last_ms = max((recv for _, recv in results.success.values()), default=int(t0_s * 1000))
+    duration_s = max(0.001, last_ms / 1000 - t0_s)
+    starts = Counter({e: len(r) for e, r in results.running.items()})
+    run = {
+        "label": label,
+        "workers": n,
+        "jobs": jobs,
+        "succeeded": len(results.success),
+        "duration_s": round(duration_s, 2),
+        "throughput_jobs_per_s": round(len(results.success) / duration_s, 1),
+        "lost": jobs - len(results.success),
+        "duplicates": sum(c - 1 for c in starts.values() if c > 1),
+        "failures": results.failures,
+        "lease": lease_figures(metrics, len(results.success)),
+    }
+    progress(
+        f"{label}: {run['throughput_jobs_per_s']:,} jobs/s over {duration_s:.1f} s, "
+        f"lost {run['lost']}, duplicates {run['duplicates']}, lease {run['lease']}"
+    )
+    return run
+
+
+def report(
+    name: str, runs: list[dict[str, Any]], jobs: int, workers: list[int], measured: str
+) -> dict[str, Any]:
+    best = max(runs, key=lambda r: r["throughput_jobs_per_s"])
+    result = {
+        "scenario": name,
+        "jobs": jobs,
+        "duration_s": best["duration_s"],
+        "throughput_jobs_per_s": best["throughput_jobs_per_s"],
+        "lateness_ms": {"p50": None, "p99": None, "max": None},
+        "lost": sum(r["lost"] for r in runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "runs": runs,
+        "config": {
+            "workers": workers,
+            "partitions": PARTITIONS,
+            "worker_concurrency": WORKER_CONCURRENCY,
+            "target": NOOP,
+            "measured": measured,
+            "command": f"python -m bench.worker_throughput {name.split('-')[1]} "
+            f"--workers {' '.join(map(str, workers))} --jobs {jobs}",
+        },
+    }
+    plot_series(
+        name,
+        f"worker throughput ({measured}), {jobs:,} no-op jobs",
+        {"jobs/s": ([r["workers"] for r in runs], [r["throughput_jobs_per_s"] for r in runs])},
+        "worker processes",
+        "executions per second",
+    )
+    write_result(name, result)
+    return result
+
+
+def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any]:
+    name = f"worker-rate-{int(rate)}"
+    n = int(rate * duration_s)
+    with bench_stack(PARTITIONS) as base:
+        common = fresh(base)
+        procs = [start_scheduler(common, name), *start_workers(common, workers, name)]
+        results = Results(common)
+        try:
+            lead_s = 15 + n / 2000
+            t0_ms = int((time.time() + lead_s) * 1000)
+            times = [t0_ms + int(i * 1000 / rate) for i in range(n)]
+            progress(f"creating {n:,} jobs due from now + {lead_s:.0f} s at {rate:g}/s")
+            _, create_s = create_jobs(common, times)
+            wait_done(results, n, lead_s + duration_s + 60)
+            metrics = scrape(workers)
+        finally:
+            results.close()
+            stop(procs)
+    # a one-time job's occurrence is its due time: lateness = first start − scheduled_at
+    firsts = sorted(min(runs)[0:4:3] for runs in results.running.values())
+    starts = [started for started, _ in firsts]
+    lateness = [started - scheduled for started, scheduled in firsts]
+    xs = [(scheduled - t0_ms) / 1000 for _, scheduled in firsts]
+    result = {
+        "scenario": name,
+        "jobs": n,
+        "duration_s": duration_s,
+        "throughput_jobs_per_s": round(len(results.success) / duration_s, 1),
+        "lateness_ms": percentiles(lateness),
+        "lost": n - len(results.success),
+        "duplicates": sum(len(r) - 1 for r in results.running.values() if len(r) > 1),
+        "lease": lease_figures(metrics, len(results.success)),
+        "config": {
+            "rate_jobs_per_s": rate,
+            "workers": workers,
+            "partitions": PARTITIONS,
+            "worker_concurrency": WORKER_CONCURRENCY,
+            "create_s": round(create_s, 1),
+            "measured": "worker started_at − due time (scheduler emit + delivery + worker)",
+            "command": f"python -m bench.worker_throughput rate --rate {rate:g} "
+            f"--duration-s {duration_s:g} --workers {workers}",
+        },
+    }
+    progress(f"{name}: lateness {result['lateness_ms']}, {len(starts)} started")
+    plot_series(
+        name,
+        f"start lateness at {rate:g} jobs/s ({workers} workers)",
+        {"start lateness": (xs, lateness)},
+        "seconds since the first job was due",
+        "ms",
+        logy=True,
+    )
+    write_result(name, result)
+    return result
+
+
+def scenario_lease(executions: int) -> dict[str, Any]:
+    from duetime.consumers.worker.leases import LeaseStore
+
+    name = "worker-lease"
+    out: dict[str, Any] = {}
+    with bench_stack(PARTITIONS) as common:
+
+        async def measure(concurrency: int) -> tuple[float, float, int]:
+            store = LeaseStore(common.database_url, f"bench-{concurrency}", 30.0)
+            await store.open()
+            ids = [str(uuid.uuid4()) for _ in range(executions)]
+            sem = asyncio.Semaphore(concurrency)
+            claim_s = complete_s = 0.0
+
+            async def one(eid: str) -> None:
+                nonlocal claim_s, complete_s
+                async with sem:
+                    t = time.perf_counter()
+                    claim = await store.claim(eid, 1)
+                    claim_s += time.perf_counter() - t
+                    assert claim.token is not None
+                    t = time.perf_counter()
+                    assert await store.complete(eid, claim.token, "success", b"x" * 200)
+                    complete_s += time.perf_counter() - t
+
+            started = time.perf_counter()
+            await asyncio.gather(*(one(e) for e in ids))
+            wall = time.perf_counter() - started
+            await store.close()
+            return wall, (claim_s + complete_s) / executions, executions
+
+        for concurrency in (1, 10, 100, 500):
+            wall, per_call_s, n = asyncio.run(measure(concurrency))
+            out[str(concurrency)] = {
+                "executions_per_s": round(n / wall, 1),
+                "wall_us_per_execution": round(1e6 * wall / n, 1),
+                "latency_ms_claim_plus_complete": round(1000 * per_call_s, 2),
+            }
+            progress(f"lease, {concurrency} concurrent: {out[str(concurrency)]}")
+    result = {
+        "scenario": name,
+        "jobs": executions,
+        "duration_s": None,
+        "throughput_jobs_per_s": max(v["executions_per_s"] for v in out.values()),
+        "lateness_ms": {"p50": None, "p99": None, "max": None},
+        "lost": 0,
+        "duplicates": 0,
+        "by_concurrency": out,
+        "config": {
+            "measured": "claim + complete (200-byte result) per execution, batched by concurrency",
+            "command": f"python -m bench.worker_throughput lease --executions {executions}",
+        },
+    }
+    plot_series(
+        name,
+        "lease cost (claim + complete) per execution",
+        {
+            "µs per execution (wall)": (
+                [int(k) for k in out],
+                [v["wall_us_per_execution"] for v in out.values()],
+            )
+        },
+        "concurrent executions",
+        "µs",
+        logy=True,
+    )
+    write_result(name, result)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker_throughput")
+    sub = parser.add_subparsers(dest="scenario", required=True)
+    for name in ("e2e", "drain"):
+        p = sub.add_parser(name)
+        p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+        p.add_argument("--jobs", type=int, default=20_000)
+    rate = sub.add_parser("rate")
+    rate.add_argument("--rate", type=float, default=350)
+    rate.add_argument("--duration-s", type=float, default=30)
+    rate.add_argument("--workers", type=int, default=2)
+    lease = sub.add_parser("lease")
+    lease.add_argument("--executions", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    if args.scenario == "e2e":
+        result = scenario_e2e(args.workers, args.jobs)
+    elif args.scenario == "drain":
+        result = scenario_drain(args.workers, args.jobs)
+    elif args.scenario == "rate":
+        result = scenario_rate(args.rate, args.duration_s, args.workers)
+    else:
+        result = scenario_lease(args.executions)
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
