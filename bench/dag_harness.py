@@ -53,6 +53,8 @@ class ResolverProcess:
     settings: CommonSettings
     extra_env: dict[str, str] = field(default_factory=dict)
     role: str = "resolver"
+    python_args: list[str] = field(default_factory=list)
+    """Interpreter options (e.g. ``-X importtime``) or a wrapper module before ``-m``."""
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -61,7 +63,7 @@ class ResolverProcess:
         self.log_path = LOG_DIR / f"{self.role}-{self.settings.topic_prefix}{time.time_ns()}.log"
         with open(self.log_path, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "duetime.cli", self.role],
+                [sys.executable, *self.python_args, "-m", "duetime.cli", self.role],
                 env=role_env(self.settings, DUETIME_INSTANCE_ID=self.role, **self.extra_env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
