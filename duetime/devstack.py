@@ -28,6 +28,7 @@ ROLES: list[tuple[str, list[str]]] = [
     ("scheduler", ["scheduler"]),
     ("worker-1", ["worker"]),
     ("worker-2", ["worker"]),
+    ("resolver", ["resolver"]),
 ]
 
 
@@ -205,8 +206,31 @@ def _demo(common: Any, stop: threading.Event) -> None:
                 for i in range(4)
             ],
         ]
+        # a DAG every 30 s: extract → (transform, audit) → load
+        hello = {"type": "python", "ref": "duetime.demo:hello"}
+        dag = client.create_dag(
+            "demo-pipeline",
+            [
+                {"key": "extract", "name": "demo-extract", "target": hello},
+                {
+                    "key": "transform",
+                    "name": "demo-transform",
+                    "target": hello,
+                    "depends_on": ["extract"],
+                },
+                {"key": "audit", "name": "demo-audit", "target": hello, "depends_on": ["extract"]},
+                {
+                    "key": "load",
+                    "name": "demo-load",
+                    "target": hello,
+                    "depends_on": ["transform", "audit"],
+                },
+            ],
+            schedule={"cron": "*/30 * * * * *"},
+        )
     names = {j.job_id: j.definition["name"] for j in jobs}
     print(f"demo: created {len(jobs)} jobs: {', '.join(names.values())}", flush=True)
+    print(f"demo: DAG demo-pipeline ({dag.dag_id}) runs every 30 s", flush=True)
     topics = Topics(common.topic_prefix)
     consumer = kafka.consumer(common, f"{common.topic_prefix}dev-follower")
     consumer.subscribe(topics.executions)
