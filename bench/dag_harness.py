@@ -1,7 +1,7 @@
 """What the DAG tests and the DAG benchmark share: a resolver process and a simulated worker.
 
-``ResolverProcess`` runs ``python -m duetime.cli resolver`` as a real process (so it can be
-SIGKILLed). ``SimWorker`` plays a worker on the wire: it reads execution requests like a worker
+``RoleProcess`` (alias ``ResolverProcess``) runs ``python -m duetime.cli resolver`` (or
+another role) as a real process, so it can be SIGKILLed. ``SimWorker`` plays a worker on the wire: it reads execution requests like a worker
 (read_committed) and publishes the results a worker would (``success`` or ``failure``), with
 outcomes chosen per request by the test, and may hold some results back until told. Nothing
 here is mocked: the broker, the scheduler and the resolver are the real ones.
@@ -47,8 +47,8 @@ def role_env(settings: CommonSettings, **extra: str) -> dict[str, str]:
 
 
 @dataclass
-class ResolverProcess:
-    """``duetime resolver`` as a child process with its output in a log file."""
+class RoleProcess:
+    """``duetime <role>`` (the resolver by default) as a child process, its output in a file."""
 
     settings: CommonSettings
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class ResolverProcess:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
-    def start(self) -> ResolverProcess:
+    def start(self) -> RoleProcess:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         self.log_path = LOG_DIR / f"{self.role}-{self.settings.topic_prefix}{time.time_ns()}.log"
         with open(self.log_path, "wb") as out:
@@ -92,6 +92,9 @@ class ResolverProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         return self.process.returncode
+
+
+ResolverProcess = RoleProcess
 
 
 @dataclass
