@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("duetime.infra.cli", "create every topic: topics create"),
     "db": ("duetime.infra.cli", "database migrations: db migrate"),
     "projector": ("duetime.consumers.projector.cli", "run a projector: events → PostgreSQL"),
+    "api": ("duetime.producers.api.cli", "serve the REST API (default http://127.0.0.1:8080)"),
 }
 
 

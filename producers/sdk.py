@@ -303,6 +303,19 @@ class JobClient:
             definition=definition,
         )
 
+    def publish_dag_definition(
+        self,
+        definition: Mapping[str, Any],
+        *,
+        wait: bool = True,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Publish a DagDefinition built by :meth:`build_dag` (after its jobs)."""
+        value = self.codec.encode("dag", definition)
+        self._send(self.topics.dags, definition["dag_id"], value, on_delivery)
+        if wait:
+            self.flush()
+
     def trigger_dag(self, dag_id: str, *, wait: bool = True) -> str:
         """Start a run of the DAG now; returns its dag_run_id.
 

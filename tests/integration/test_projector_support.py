@@ -125,7 +125,7 @@ class SimWorker:
                         self.topics.results,
                         key=request["job_id"],
                         value=self._result(request, status, now_ms),
-                        partition=msg.partition() or 0,  # co-partitioned with the job's other topics
+                        partition=msg.partition() or 0,  # co-partitioned with its job
                     )
                 self._producer.flush(10)
                 self.handled.append(request)

@@ -1,0 +1,150 @@
+"""The FastAPI application: resources opened in the lifespan, routers, errors, metrics.
+
+``create_app(settings)`` builds an app (nothing is connected until it starts);
+``factory()`` builds one from the environment, for ``uvicorn --factory`` and workers > 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import AsyncConnectionPool
+
+from duetime import __version__
+from duetime.core import kafka
+from duetime.core.config import Env
+from duetime.producers.sdk import JobClient
+
+from . import dags, dlq, errors, jobs, metrics
+from .deps import Res, Resources, require_token
+from .schemas import Health
+from .settings import ApiSettings
+from .writer import Writer
+
+log = logging.getLogger("duetime.api")
+
+DESCRIPTION = """duetime's REST API (see API.md). Writes go to Kafka through the SDK's
+validation; reads come from the PostgreSQL projection. Every error has the body
+`{"error": {"code", "message", "details"}}`."""
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            settings.common.database_url,
+            min_size=min(2, settings.pool_size),
+            max_size=settings.pool_size,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        await pool.open(wait=False)
+        client = JobClient(settings=settings.common, max_payload_bytes=settings.max_payload_bytes)
+        writer = Writer(client, settings.publish_timeout_s)
+        app.state.resources = Resources(settings, pool, client, writer)
+        log.info("api ready on http://%s:%s", settings.host, settings.port)
+        try:
+            yield
+        finally:
+            writer.close()
+            await pool.close()
+
+    app = FastAPI(
+        title="duetime",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
+    v1.include_router(jobs.router, tags=["jobs"])
+    v1.include_router(dags.router, tags=["dags"])
+    v1.include_router(dlq.router, tags=["dlq"])
+    app.include_router(v1)
+    _operations(app)
+
+    @app.middleware("http")
+    async def observe(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.REQUESTS.labels(request.method, path, str(response.status_code)).inc()
+        metrics.LATENCY.labels(request.method, path).observe(time.perf_counter() - started)
+        return response
+
+    return app
+
+
+def _operations(app: FastAPI) -> None:
+    @app.get("/healthz", response_model=Health, tags=["operations"], summary="liveness")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "checks": {}}
+
+    @app.get(
+        "/readyz",
+        response_model=Health,
+        responses={503: {"model": Health, "description": "Kafka or PostgreSQL unreachable"}},
+        tags=["operations"],
+        summary="readiness: Kafka and PostgreSQL reachable",
+    )
+    async def readyz(res: Res) -> Any:
+        checks = dict(
+            zip(
+                ("postgresql", "kafka"),
+                await asyncio.gather(_check_pg(res), _check_kafka(res)),
+                strict=True,
+            )
+        )
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "checks": checks},
+            status_code=200 if ok else 503,
+        )
+
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    async def prometheus() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _check_pg(res: Resources) -> str:
+    try:
+        async with asyncio.timeout(2.0), res.pool.connection() as conn:
+            await conn.execute("SELECT 1")
+        return "ok"
+    except Exception as exc:
+        return f"unreachable: {exc}"[:200]
+
+
+async def _check_kafka(res: Resources) -> str:
+    def probe() -> str:
+        md = kafka.admin(res.settings.common).list_topics(res.client.topics.jobs, timeout=2.0)
+        topic = md.topics.get(res.client.topics.jobs)
+        if topic is None or topic.error is not None:
+            return f"topic {res.client.topics.jobs} missing"
+        return "ok"
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(probe), 3.0)
+    except Exception as exc:
+        return f"unreachable: {exc}"[:200]
+
+
+def factory() -> FastAPI:
+    return create_app(ApiSettings.from_env(Env()))

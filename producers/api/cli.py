@@ -1,0 +1,57 @@
+"""``duetime api``: serve the REST API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_api_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="listen here (overrides DUETIME_API_HOST)")
+    parser.add_argument("--port", type=int, default=None, help="overrides DUETIME_API_PORT")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes (overrides DUETIME_API_WORKERS)"
+    )
+
+
+def run_api(args: argparse.Namespace) -> int:
+    import os
+    from dataclasses import replace
+
+    import uvicorn
+
+    from duetime.core.config import Env
+    from duetime.core.logs import setup_logging
+
+    from .app import create_app
+    from .settings import ApiSettings
+
+    settings = ApiSettings.from_env(Env())
+    settings = replace(
+        settings,
+        host=args.host or settings.host,
+        port=settings.port if args.port is None else args.port,
+        workers=args.workers or settings.workers,
+    )
+    setup_logging(settings.common.log_format, settings.common.log_level, role="api")
+    if settings.workers > 1:
+        # workers re-read the environment: pass the flags on through it
+        os.environ["DUETIME_API_HOST"] = settings.host
+        os.environ["DUETIME_API_PORT"] = str(settings.port)
+        uvicorn.run(
+            "duetime.producers.api.app:factory",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_config=None,
+            access_log=False,
+        )
+        return 0
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+    )
+    return 0

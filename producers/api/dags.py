@@ -1,0 +1,169 @@
+"""Routes of DAGs: create (validated, a cycle → 422 naming it), read, runs, trigger."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from duetime.core.errors import NotFound, ValidationError
+from duetime.producers.sdk import dag_trigger_job_id
+
+from . import store
+from .deps import Res, Resources, parse_id, read_json
+from .pagination import decode_cursor, encode_cursor
+from .schemas import (
+    DAG_SCHEMA,
+    DagCreatedOut,
+    DagOut,
+    DagRunPage,
+    DagTriggeredOut,
+    errors,
+    request_body,
+)
+from .writer import Publish
+
+router = APIRouter()
+
+
+@router.post(
+    "/dags",
+    status_code=201,
+    response_model=DagCreatedOut,
+    responses=errors(400, 401, 413, 422, 503),
+    openapi_extra=request_body(DAG_SCHEMA),
+    summary="create a DAG (jobs and their dependencies) in one call",
+)
+async def create_dag(request: Request, res: Res) -> dict[str, Any]:
+    body = await read_json(request, res.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise ValidationError("a DAG must be a JSON object", field="")
+    unknown = sorted(set(body) - {"dag_id", "name", "jobs", "schedule", "overlap"})
+    if unknown:
+        raise ValidationError(f"unknown DAG field(s): {', '.join(unknown)}", field=unknown[0])
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ValidationError(
+            "name must be a non-empty string of at most 200 characters", field="name"
+        )
+    overlap = body.get("overlap", "skip")
+    if not isinstance(overlap, str):
+        raise ValidationError("overlap must be skip, allow or queue_one", field="overlap")
+    definition, jobs = res.client.build_dag(
+        name,
+        body.get("jobs"),  # type: ignore[arg-type]  # build_dag checks the shape
+        schedule=body.get("schedule"),
+        overlap=overlap,
+        dag_id=body.get("dag_id"),
+    )
+    async with res.pool.connection() as conn, conn.transaction():
+        for job in jobs:
+            await store.insert_new_job(conn, job)
+        await store.insert_new_dag(conn, definition)
+        # members first, then the trigger job, then the DAG (as JobClient.create_dag does)
+        await res.writer.publish_many([_publish_job(res, job) for job in jobs[:-1]])
+        await res.writer.publish(_publish_job(res, jobs[-1]))  # the trigger job
+        await res.writer.publish(
+            lambda done: res.client.publish_dag_definition(definition, wait=False, on_delivery=done)
+        )
+    trigger = store.job_row(jobs[-1])
+    return {
+        "dag_id": definition["dag_id"],
+        "job_ids": {j["dag_key"]: j["job_id"] for j in jobs[:-1]},
+        "next_run_at": trigger["next_run_at"],
+    }
+
+
+def _publish_job(res: Resources, job: dict[str, Any]) -> Publish:
+    return lambda done: res.client.publish_definition(job, wait=False, on_delivery=done)
+
+
+async def _dag(res: Resources, dag_id: str) -> dict[str, Any]:
+    async with res.pool.connection() as conn:
+        row = await store.get_dag(conn, dag_id)
+    if row is None:
+        raise NotFound(f"no DAG {dag_id}", details={"dag_id": dag_id})
+    return row
+
+
+@router.get("/dags/{dag_id}", response_model=DagOut, responses=errors(401, 404), summary="a DAG")
+async def get_dag(dag_id: str, res: Res) -> dict[str, Any]:
+    dag_id = parse_id(dag_id, "dag")
+    row = await _dag(res, dag_id)
+    async with res.pool.connection() as conn:
+        statuses = await store.statuses(conn, [n["job_id"] for n in row["nodes"]])
+    return {
+        "dag_id": str(row["dag_id"]),
+        "name": row["name"],
+        "schedule": row["schedule"],
+        "overlap": row["overlap"],
+        "nodes": [{**n, "status": statuses.get(n["job_id"])} for n in row["nodes"]],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+
+
+@router.get(
+    "/dags/{dag_id}/runs",
+    response_model=DagRunPage,
+    responses=errors(400, 401, 404),
+    summary="the DAG's runs, newest first, each with per-job status",
+)
+async def list_runs(
+    dag_id: str,
+    res: Res,
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=200),
+) -> dict[str, Any]:
+    dag_id = parse_id(dag_id, "dag")
+    after = decode_cursor(cursor)
+    dag = await _dag(res, dag_id)
+    key_of_job = {n["job_id"]: n["key"] for n in dag["nodes"]}
+    async with res.pool.connection() as conn:
+        runs = await store.list_dag_runs(conn, dag_id, after, limit + 1)
+    more = len(runs) > limit
+    runs = runs[:limit]
+    next_cursor = (
+        encode_cursor(runs[-1]["started_at"], runs[-1]["dag_run_id"]) if more and runs else None
+    )
+    return {
+        "items": [
+            {
+                "dag_run_id": r["dag_run_id"],
+                "dag_id": str(r["dag_id"]),
+                "status": r["status"],
+                "started_at": r["started_at"],
+                "finished_at": r["finished_at"],
+                "node_statuses": store.node_statuses(r, key_of_job),
+            }
+            for r in runs
+        ],
+        "next_cursor": next_cursor,
+    }
+
+
+@router.post(
+    "/dags/{dag_id}/trigger",
+    status_code=202,
+    response_model=DagTriggeredOut,
+    responses=errors(401, 404, 503),
+    summary="start a run of the DAG now",
+)
+async def trigger_dag(dag_id: str, res: Res) -> dict[str, Any]:
+    dag_id = parse_id(dag_id, "dag")
+    await _dag(res, dag_id)
+    dag_run_id = str(uuid.uuid4())
+    # as JobClient.trigger_dag: the DAG's trigger job starts the run in the scheduler
+    await res.writer.publish(
+        lambda done: res.client.command(
+            dag_trigger_job_id(dag_id),
+            "trigger",
+            wait=False,
+            dag_id=dag_id,
+            dag_run_id=dag_run_id,
+            on_delivery=done,
+            requested_by="api",
+        )
+    )
+    return {"dag_id": dag_id, "dag_run_id": dag_run_id}

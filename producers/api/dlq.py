@@ -1,0 +1,170 @@
+"""Routes of the dead-letter list: list, replay one, replay many by a filter."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from duetime.core.errors import IllegalTransition, NotFound, ValidationError
+from duetime.core.jobspec import parse_uuid
+
+from . import convert, store
+from .deps import Res, Resources, parse_id, read_json
+from .pagination import decode_cursor, encode_cursor
+from .schemas import DLQ_FILTER_SCHEMA, DeadLetterPage, ReplayOut, errors, request_body
+
+router = APIRouter()
+MAX_BULK = 10_000
+
+
+def _now() -> datetime:
+    return datetime.fromtimestamp(time.time_ns() // 1_000_000 / 1000, tz=UTC)
+
+
+@router.get(
+    "/dlq",
+    response_model=DeadLetterPage,
+    responses=errors(400, 401),
+    summary="dead-lettered executions, newest first",
+)
+async def list_dlq(
+    res: Res,
+    job_id: str | None = Query(None, max_length=64),
+    limit: int = Query(100, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=200),
+) -> dict[str, Any]:
+    from .pagination import BadRequest
+
+    if job_id is not None:
+        try:
+            job_id = parse_uuid(job_id, "job_id")
+        except ValidationError as exc:
+            raise BadRequest(exc.message, details={"field": "job_id"}) from None
+    after = decode_cursor(cursor)
+    async with res.pool.connection() as conn:
+        rows = await store.list_dead_letters(conn, job_id=job_id, after=after, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = (
+        encode_cursor(rows[-1]["dead_at"], str(rows[-1]["execution_id"])) if more and rows else None
+    )
+    return {"items": [convert.dead_letter_out(r) for r in rows], "next_cursor": next_cursor}
+
+
+async def _replay(res: Resources, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Publish one replay command per dead letter and mark them replayed, all or nothing."""
+    async with res.pool.connection() as conn:
+        statuses = await store.statuses(conn, sorted({str(r["job_id"]) for r in rows}))
+    todo, skipped = [], []
+    for r in rows:
+        status = statuses.get(str(r["job_id"]))
+        if status == "cancelled":
+            skipped.append({"execution_id": str(r["execution_id"]), "reason": "job cancelled"})
+        else:
+            todo.append(r)
+    if todo:
+        marked_at = _now()  # before the commands' issued_at: the projector's value wins
+        async with res.pool.connection() as conn, conn.transaction():
+            await store.mark_replayed(conn, [str(r["execution_id"]) for r in todo], marked_at)
+
+            def publish(r: dict[str, Any]) -> Any:
+                return lambda done: res.client.command(
+                    str(r["job_id"]),
+                    "replay",
+                    wait=False,
+                    execution_id=str(r["execution_id"]),
+                    on_delivery=done,
+                    requested_by="api",
+                )
+
+            await res.writer.publish_many([publish(r) for r in todo])
+    return {
+        "replayed": len(todo),
+        "execution_ids": [str(r["execution_id"]) for r in todo],
+        "skipped": skipped,
+    }
+
+
+@router.post(
+    "/dlq/{execution_id}/replay",
+    status_code=202,
+    response_model=ReplayOut,
+    responses=errors(401, 404, 409, 503),
+    summary="replay one dead execution",
+)
+async def replay_one(execution_id: str, res: Res) -> dict[str, Any]:
+    execution_id = parse_id(execution_id, "execution")
+    async with res.pool.connection() as conn:
+        row = await store.get_dead_letter(conn, execution_id)
+    if row is None:
+        raise NotFound(
+            f"no dead-lettered execution {execution_id}", details={"execution_id": execution_id}
+        )
+    out = await _replay(res, [row])
+    if out["skipped"]:
+        raise IllegalTransition(
+            f"cannot replay execution {execution_id}: its job is cancelled",
+            details={"execution_id": execution_id, "job_id": str(row["job_id"])},
+        )
+    return out
+
+
+def _filter(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationError("the filter must be a JSON object", field="")
+    allowed = {"job_id", "name", "since", "until", "include_replayed", "limit"}
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise ValidationError(f"unknown filter field(s): {', '.join(unknown)}", field=unknown[0])
+    out: dict[str, Any] = {"include_replayed": False, "limit": 1000}
+    if body.get("job_id") is not None:
+        out["job_id"] = parse_uuid(body["job_id"], "job_id")
+    if body.get("name") is not None:
+        if not isinstance(body["name"], str):
+            raise ValidationError("name must be a string", field="name")
+        out["name"] = body["name"]
+    for key in ("since", "until"):
+        if body.get(key) is not None:
+            try:
+                value = datetime.fromisoformat(str(body[key]).replace("Z", "+00:00"))
+            except ValueError:
+                raise ValidationError(f"{key} must be an RFC 3339 timestamp", field=key) from None
+            if value.tzinfo is None:
+                raise ValidationError(f"{key} needs a time zone offset", field=key)
+            out[key] = value
+    if "include_replayed" in body:
+        if not isinstance(body["include_replayed"], bool):
+            raise ValidationError("include_replayed must be a boolean", field="include_replayed")
+        out["include_replayed"] = body["include_replayed"]
+    if "limit" in body:
+        limit = body["limit"]
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BULK:
+            raise ValidationError(f"limit must be an integer in [1, {MAX_BULK}]", field="limit")
+        out["limit"] = limit
+    return out
+
+
+@router.post(
+    "/dlq/replay",
+    status_code=202,
+    response_model=ReplayOut,
+    responses=errors(400, 401, 413, 422, 503),
+    openapi_extra=request_body(DLQ_FILTER_SCHEMA),
+    summary="replay every dead execution that matches a filter (not yet replayed by default)",
+)
+async def replay_many(request: Request, res: Res) -> dict[str, Any]:
+    flt = _filter(await read_json(request, res.settings.max_body_bytes))
+    async with res.pool.connection() as conn:
+        rows = await store.list_dead_letters(
+            conn,
+            job_id=flt.get("job_id"),
+            name=flt.get("name"),
+            since=flt.get("since"),
+            until=flt.get("until"),
+            include_replayed=flt["include_replayed"],
+            limit=flt["limit"],
+        )
+    return await _replay(res, rows)

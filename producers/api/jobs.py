@@ -1,0 +1,210 @@
+"""Routes of jobs and executions: create (idempotent), read, list, state changes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+
+from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
+from duetime.core.jobspec import job_to_api
+
+from . import convert, store
+from .deps import Res, Resources, parse_id, read_json
+from .pagination import decode_cursor, encode_cursor
+from .schemas import (
+    JOB_SCHEMA,
+    CommandOut,
+    ExecutionOut,
+    ExecutionPage,
+    JobCreatedOut,
+    JobOut,
+    JobPage,
+    Priority,
+    Status,
+    errors,
+    request_body,
+)
+
+router = APIRouter()
+
+Limit = Query(100, ge=1, le=500, description="page size")
+Cursor = Query(None, max_length=200, description="next_cursor of the previous page")
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobCreatedOut,
+    responses={
+        200: {"model": JobCreatedOut, "description": "the job_id exists with this same job"},
+        **errors(400, 401, 409, 413, 422, 503),
+    },
+    openapi_extra=request_body(JOB_SCHEMA),
+    summary="create a job",
+)
+async def create_job(request: Request, response: Response, res: Res) -> dict[str, Any]:
+    body = await read_json(request, res.settings.max_body_bytes)
+    if not isinstance(body, dict):
+        raise ValidationError("a job must be a JSON object", field="")
+    definition = res.client.build(body)
+    async with res.pool.connection() as conn, conn.transaction():
+        if not await store.insert_new_job(conn, definition):
+            row = await store.get_job(conn, definition["job_id"])
+            assert row is not None
+            wanted = {k: v for k, v in job_to_api(definition).items() if k != "job_id"}
+            if convert.job_spec(row) != wanted:
+                raise Conflict(
+                    f"job {definition['job_id']} exists with a different definition",
+                    details={"job_id": definition["job_id"]},
+                )
+            response.status_code = 200
+            return {
+                "job_id": definition["job_id"],
+                "status": row["status"],
+                "next_run_at": row["next_run_at"],
+            }
+        await res.writer.publish(
+            lambda done: res.client.publish_definition(definition, wait=False, on_delivery=done)
+        )
+    row = store.job_row(definition)
+    return {"job_id": row["job_id"], "status": row["status"], "next_run_at": row["next_run_at"]}
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=errors(401, 404), summary="one job")
+async def get_job(job_id: str, res: Res) -> dict[str, Any]:
+    job_id = parse_id(job_id, "job")
+    async with res.pool.connection() as conn:
+        row = await store.get_job(conn, job_id)
+    if row is None:
+        raise NotFound(f"no job {job_id}", details={"job_id": job_id})
+    return convert.job_out(row)
+
+
+@router.get(
+    "/jobs",
+    response_model=JobPage,
+    responses=errors(400, 401),
+    summary="list jobs, newest first",
+)
+async def list_jobs(
+    res: Res,
+    status: Status | None = None,
+    priority: Priority | None = None,
+    name: str | None = Query(None, max_length=200),
+    limit: int = Limit,
+    cursor: str | None = Cursor,
+) -> dict[str, Any]:
+    after = decode_cursor(cursor)
+    async with res.pool.connection() as conn:
+        rows = await store.list_jobs(
+            conn, status=status, priority=priority, name=name, after=after, limit=limit + 1
+        )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = (
+        encode_cursor(rows[-1]["created_at"], str(rows[-1]["job_id"])) if more and rows else None
+    )
+    return {"items": [convert.job_out(r) for r in rows], "next_cursor": next_cursor}
+
+
+# which projected statuses a command cannot change (409): the scheduler would ignore it
+_REFUSED: dict[str, frozenset[str]] = {
+    "cancel": frozenset({"cancelled"}),
+    "pause": frozenset({"paused", "cancelled"}),
+    "resume": frozenset(
+        {"pending", "queued", "running", "success", "failed", "dead", "blocked", "skipped"}
+        | {"cancelled"}
+    ),
+    "trigger": frozenset({"cancelled"}),
+}
+
+
+async def _command(job_id: str, kind: str, res: Resources) -> dict[str, Any]:
+    job_id = parse_id(job_id, "job")
+    async with res.pool.connection() as conn:
+        status = await store.job_status(conn, job_id)
+    if status is None:
+        raise NotFound(f"no job {job_id}", details={"job_id": job_id})
+    if status in _REFUSED[kind]:
+        raise IllegalTransition(
+            f"cannot {kind} job {job_id}: its status is {status!r}",
+            details={"job_id": job_id, "status": status, "command": kind},
+        )
+    command_id = await res.writer.publish(
+        lambda done: res.client.command(
+            job_id, kind, wait=False, on_delivery=done, requested_by="api"
+        )
+    )
+    return {"job_id": job_id, "command": kind, "command_id": command_id, "status": status}
+
+
+_COMMANDS: dict[str, str] = {
+    "cancel": "cancel: no further runs; a running execution finishes",
+    "pause": "pause: stop firing",
+    "resume": "resume: restart firing, applying the job's misfire policy",
+    "trigger": "trigger: run once now, outside the schedule",
+}
+
+
+def _command_route(kind: Literal["cancel", "pause", "resume", "trigger"]) -> None:
+    async def route(job_id: str, res: Res) -> dict[str, Any]:
+        return await _command(job_id, kind, res)
+
+    route.__name__ = f"{kind}_job"
+    router.add_api_route(
+        f"/jobs/{{job_id}}/{kind}",
+        route,
+        methods=["POST"],
+        status_code=202,
+        response_model=CommandOut,
+        responses=errors(401, 404, 409, 503),
+        summary=_COMMANDS[kind],
+    )
+
+
+for _kind in ("cancel", "pause", "resume", "trigger"):
+    _command_route(_kind)
+
+
+@router.get(
+    "/jobs/{job_id}/executions",
+    response_model=ExecutionPage,
+    responses=errors(400, 401, 404),
+    summary="the job's executions, newest first",
+)
+async def list_executions(
+    job_id: str,
+    res: Res,
+    limit: int = Limit,
+    cursor: str | None = Cursor,
+) -> dict[str, Any]:
+    job_id = parse_id(job_id, "job")
+    after = decode_cursor(cursor)
+    async with res.pool.connection() as conn:
+        if await store.job_status(conn, job_id) is None:
+            raise NotFound(f"no job {job_id}", details={"job_id": job_id})
+        rows = await store.list_executions(conn, job_id, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = (
+        encode_cursor(rows[-1]["scheduled_at"], str(rows[-1]["execution_id"]))
+        if more and rows
+        else None
+    )
+    return {"items": [convert.execution_out(r) for r in rows], "next_cursor": next_cursor}
+
+
+@router.get(
+    "/executions/{execution_id}",
+    response_model=ExecutionOut,
+    responses=errors(401, 404),
+    summary="one execution",
+)
+async def get_execution(execution_id: str, res: Res) -> dict[str, Any]:
+    execution_id = parse_id(execution_id, "execution")
+    async with res.pool.connection() as conn:
+        row = await store.get_execution(conn, execution_id)
+    if row is None:
+        raise NotFound(f"no execution {execution_id}", details={"execution_id": execution_id})
+    return convert.execution_out(row)

@@ -1,0 +1,38 @@
+"""Opaque cursors: base64url of ``[sort timestamp, id]`` of the last item of a page.
+
+Keyset pagination (``WHERE (ts, id) < (cursor) ORDER BY ts DESC, id DESC``): stable while rows
+are added, O(page) whatever the depth.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import datetime
+
+from duetime.core.errors import DuetimeError
+
+
+class BadRequest(DuetimeError):
+    """A malformed request: bad JSON, a bad query parameter or cursor (REST 400)."""
+
+    code = "bad_request"
+
+
+def encode_cursor(ts: datetime, key: str) -> str:
+    raw = json.dumps([ts.isoformat(), str(key)], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> tuple[datetime, str] | None:
+    if cursor is None or cursor == "":
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        ts, key = json.loads(raw)
+        return datetime.fromisoformat(ts), str(uuid.UUID(key))
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise BadRequest(
+            "cursor is not one this API handed out", details={"field": "cursor"}
+        ) from None

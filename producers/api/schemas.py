@@ -1,0 +1,352 @@
+"""The API's documented shapes: pydantic models of the answers (FastAPI validates every
+answer against them, and /openapi.json publishes them) and the JSON schema of request bodies.
+
+Request bodies are *not* parsed by pydantic: the SDK's ``build_job`` is the one validation
+(same errors over REST and in Python); the schemas below only document it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal[
+    "pending",
+    "queued",
+    "running",
+    "success",
+    "failed",
+    "dead",
+    "blocked",
+    "skipped",
+    "paused",
+    "cancelled",
+]
+Priority = Literal["critical", "high", "normal", "low"]
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorBody(BaseModel):
+    error: ErrorInfo
+
+
+class AttemptOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    attempt: int
+    status: str
+    due_at: str | None = None
+    queued_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    worker_id: str | None = None
+    error: dict[str, Any] | None = None
+    trigger: str | None = None
+    dead_at: str | None = None
+
+
+class ExecutionOut(BaseModel):
+    execution_id: str
+    job_id: str
+    name: str
+    status: str
+    attempt: int
+    trigger: str | None
+    priority: str
+    scheduled_at: datetime
+    queued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: str | None
+    error: dict[str, Any] | None
+    lateness_ms: float | None
+    dag_id: str | None
+    dag_run_id: str | None
+    attempts: list[AttemptOut]
+
+
+class JobOut(BaseModel):
+    job_id: str
+    name: str
+    status: Status
+    next_run_at: datetime | None
+    schedule: dict[str, Any] | None
+    priority: Priority
+    target: dict[str, Any]
+    payload: Any = None
+    retry: dict[str, Any]
+    timeout_s: float
+    misfire: str
+    overlap: str
+    labels: dict[str, str]
+    dag_id: str | None
+    dag_key: str | None
+    depends_on: list[str]
+    created_at: datetime
+    updated_at: datetime
+    last_execution: ExecutionOut | None = None
+
+
+class JobCreatedOut(BaseModel):
+    job_id: str
+    status: Status
+    next_run_at: datetime | None
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+class ExecutionPage(BaseModel):
+    items: list[ExecutionOut]
+    next_cursor: str | None
+
+
+class CommandOut(BaseModel):
+    job_id: str
+    command: str
+    command_id: str
+    status: Status = Field(description="the job's projected status when the command was sent")
+
+
+class DeadLetterOut(BaseModel):
+    execution_id: str
+    job_id: str
+    name: str
+    dead_at: datetime
+    attempts: int
+    errors: list[dict[str, Any]]
+    dag_run_id: str | None
+    replayed_at: datetime | None
+
+
+class DeadLetterPage(BaseModel):
+    items: list[DeadLetterOut]
+    next_cursor: str | None
+
+
+class ReplayOut(BaseModel):
+    replayed: int
+    execution_ids: list[str]
+    skipped: list[dict[str, Any]] = Field(
+        default_factory=list, description="dead letters not replayed, with the reason"
+    )
+
+
+class DagNodeOut(BaseModel):
+    key: str
+    job_id: str
+    depends_on: list[str]
+    status: str | None = None
+
+
+class DagOut(BaseModel):
+    dag_id: str
+    name: str
+    schedule: dict[str, Any] | None
+    overlap: str
+    nodes: list[DagNodeOut]
+    created_at: datetime
+    updated_at: datetime
+
+
+class DagCreatedOut(BaseModel):
+    dag_id: str
+    job_ids: dict[str, str]
+    next_run_at: datetime | None
+
+
+class DagRunOut(BaseModel):
+    dag_run_id: str
+    dag_id: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    node_statuses: dict[str, str]
+
+
+class DagRunPage(BaseModel):
+    items: list[DagRunOut]
+    next_cursor: str | None
+
+
+class DagTriggeredOut(BaseModel):
+    dag_id: str
+    dag_run_id: str
+
+
+class Health(BaseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)
+
+
+# --- request bodies (documentation of what build_job accepts) --------------------------------
+
+_TS = {"type": "string", "format": "date-time"}
+SCHEDULE_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {
+            "type": "object",
+            "title": "OneTime",
+            "required": ["at"],
+            "properties": {"at": _TS},
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "title": "Cron",
+            "required": ["cron"],
+            "properties": {
+                "cron": {
+                    "type": "string",
+                    "description": "5 fields, or 6 with seconds first",
+                    "example": "0 2 * * *",
+                },
+                "timezone": {"type": "string", "example": "Europe/Berlin"},
+                "start_at": _TS,
+                "end_at": _TS,
+            },
+            "additionalProperties": False,
+        },
+    ]
+}
+TARGET_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {
+            "type": "object",
+            "title": "HttpTarget",
+            "required": ["type", "url"],
+            "properties": {
+                "type": {"const": "http"},
+                "url": {"type": "string", "format": "uri", "example": "http://127.0.0.1:9000/h"},
+                "method": {"enum": ["GET", "POST", "PUT", "PATCH", "DELETE"]},
+                "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "title": "PythonTarget",
+            "required": ["type", "ref"],
+            "properties": {
+                "type": {"const": "python"},
+                "ref": {"type": "string", "example": "package.module:function"},
+            },
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "title": "KafkaTarget",
+            "required": ["type", "topic"],
+            "properties": {"type": {"const": "kafka"}, "topic": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    ]
+}
+_JOB_PROPERTIES: dict[str, Any] = {
+    "job_id": {
+        "type": "string",
+        "format": "uuid",
+        "description": "client-chosen: creating the same id twice is idempotent",
+    },
+    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+    "schedule": SCHEDULE_SCHEMA,
+    "priority": {"enum": ["critical", "high", "normal", "low"], "default": "normal"},
+    "target": TARGET_SCHEMA,
+    "payload": {"description": "any JSON, at most DUETIME_MAX_PAYLOAD_BYTES encoded"},
+    "retry": {
+        "type": "object",
+        "properties": {
+            "max_retries": {"type": "integer", "minimum": 0},
+            "base_delay_s": {"type": "number", "minimum": 0},
+            "max_delay_s": {"type": "number", "minimum": 0},
+            "jitter": {"type": "boolean"},
+        },
+        "additionalProperties": False,
+    },
+    "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 604800},
+    "misfire": {"enum": ["skip", "run_once", "run_all"], "default": "run_once"},
+    "overlap": {"enum": ["skip", "allow", "queue_one"], "default": "skip"},
+    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+}
+JOB_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "JobSpec",
+    "required": ["name", "target"],
+    "properties": _JOB_PROPERTIES,
+    "additionalProperties": False,
+}
+DAG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "DagSpec",
+    "required": ["name", "jobs"],
+    "properties": {
+        "dag_id": {"type": "string", "format": "uuid"},
+        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "schedule": SCHEDULE_SCHEMA,
+        "overlap": {"enum": ["skip", "allow", "queue_one"]},
+        "jobs": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["key", "name", "target"],
+                "properties": {
+                    "key": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,200}$"},
+                    "depends_on": {"type": "array", "items": {"type": "string"}},
+                    **{k: v for k, v in _JOB_PROPERTIES.items() if k != "schedule"},
+                },
+                "additionalProperties": False,
+            },
+        },
+    },
+    "additionalProperties": False,
+}
+DLQ_FILTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "DlqFilter",
+    "properties": {
+        "job_id": {"type": "string", "format": "uuid"},
+        "name": {"type": "string"},
+        "since": {**_TS, "description": "dead at or after"},
+        "until": {**_TS, "description": "dead before"},
+        "include_replayed": {"type": "boolean", "default": False},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+    },
+    "additionalProperties": False,
+}
+
+
+def request_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON body that the route parses itself."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "malformed JSON or a bad query parameter"),
+        (401, "a bearer token is required (DUETIME_API_TOKENS is set)"),
+        (404, "unknown id"),
+        (409, "the job's status does not allow this change"),
+        (413, "payload or request body too large"),
+        (422, "well-formed but invalid (bad cron, unknown time zone, a DAG cycle, ...)"),
+        (503, "Kafka or PostgreSQL did not answer"),
+    )
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: ERRORS[c] for c in codes}

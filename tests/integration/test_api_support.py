@@ -1,0 +1,88 @@
+"""Test support for the API and CLI tests (no tests here): the API served by uvicorn in a
+thread of the test process on a free port, and checks that nothing was written."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import psycopg
+import uvicorn
+from confluent_kafka import Consumer, TopicPartition
+
+from duetime.core.config import CommonSettings
+from duetime.core.topics import Topics
+from duetime.producers.api.app import create_app
+from duetime.producers.api.settings import ApiSettings
+from tests.helpers import wait_for
+
+
+class RunningApi:
+    def __init__(self, settings: CommonSettings, **overrides: Any) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        port = self.sock.getsockname()[1]
+        self.settings = replace(ApiSettings(common=settings, port=port), **overrides)
+        config = uvicorn.Config(
+            create_app(self.settings), log_config=None, access_log=False, lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: self.server.started, 30, "the API to start")
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+def topic_record_count(settings: CommonSettings) -> int:
+    """Records on every job-related topic (end offsets summed)."""
+    topics = Topics(settings.topic_prefix)
+    names = [
+        topics.jobs,
+        topics.control,
+        topics.dags,
+        topics.dag_runs,
+        topics.state,
+        *topics.executions,
+    ]
+    consumer = Consumer(
+        {"bootstrap.servers": settings.bootstrap_servers, "group.id": f"count-{uuid.uuid4()}"}
+    )
+    try:
+        total = 0
+        for name in names:
+            for p in range(settings.partitions):
+                _, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                total += high
+        return total
+    finally:
+        consumer.close()
+
+
+def table_counts(settings: CommonSettings) -> dict[str, int]:
+    out = {}
+    with psycopg.connect(settings.database_url) as conn:
+        for table in ("jobs", "executions", "dags", "dag_runs", "dead_letters", "dlq_replays"):
+            row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            out[table] = 0 if row is None else int(row[0])
+    return out
+
+
+def settle() -> None:
+    """Give an event that should not have been written the time to show up anyway."""
+    time.sleep(0.3)
