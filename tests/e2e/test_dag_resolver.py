@@ -121,7 +121,11 @@ def test_sigkill_after_d_was_released_resends_the_release_and_d_still_runs_once(
             run_id = client.trigger_dag(dag.dag_id)
             wait_for(lambda: worker.held, 30, "D's execution to reach the worker")
             first.kill()
-            assert releases_of_d(run_id, dag.job_ids["d"]) == 1
+            wait_for(
+                lambda: releases_of_d(run_id, dag.job_ids["d"]) == 1,
+                10,
+                "the control reader to see D's one release",
+            )
             second = ResolverProcess(settings, env).start()
             wait_for(
                 lambda: releases_of_d(run_id, dag.job_ids["d"]) >= 2,
