@@ -97,6 +97,9 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     (S.QUEUED, E.PAUSE): S.PAUSED,
     (S.RUNNING, E.PAUSE): S.PAUSED,
     (S.FAILED, E.PAUSE): S.PAUSED,
+    # a recurring job between runs keeps its last run's status: it can be paused too
+    (S.SUCCESS, E.PAUSE): S.PAUSED,
+    (S.DEAD, E.PAUSE): S.PAUSED,
     (S.PAUSED, E.RESUME): S.PENDING,
     # cancel: no further runs; a running execution finishes
     (S.PENDING, E.CANCEL): S.CANCELLED,
@@ -104,6 +107,8 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     (S.RUNNING, E.CANCEL): S.CANCELLED,
     (S.FAILED, E.CANCEL): S.CANCELLED,
     (S.DEAD, E.CANCEL): S.CANCELLED,
+    (S.SUCCESS, E.CANCEL): S.CANCELLED,
+    (S.SKIPPED, E.CANCEL): S.CANCELLED,
     (S.BLOCKED, E.CANCEL): S.CANCELLED,
     (S.PAUSED, E.CANCEL): S.CANCELLED,
     # late results of an execution in flight when the job was paused or cancelled

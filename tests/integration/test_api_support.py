@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import psycopg
 import uvicorn
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
@@ -67,11 +67,21 @@ def topic_record_count(settings: CommonSettings) -> int:
         total = 0
         for name in names:
             for p in range(settings.partitions):
-                _, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
-                total += high
+                total += _high_watermark(consumer, TopicPartition(name, p))
         return total
     finally:
         consumer.close()
+
+
+def _high_watermark(consumer: Consumer, tp: TopicPartition) -> int:
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException:  # a topic created a moment ago may have no leader yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def table_counts(settings: CommonSettings) -> dict[str, int]:
