@@ -47,6 +47,8 @@ from .settings import TABLES, ResolverSettings
 
 log = logging.getLogger("duetime.resolver")
 
+SWEEP = "sweep"
+"""On the by_run topic: a retention marker (header value and key), not an event of a run."""
 EVENT_HEADER = "duetime-event"
 """On the by_run topic: the Avro event type of the value (result, dead_letter, dag_run)."""
 
@@ -135,8 +137,10 @@ class Resolver:
             shapes_table, default=None, partitions=self.partitions, help="run → its nodes"
         )
         self._kids: dict[str, Mapping[str, list[str]]] = {}  # a cache of the shapes' child maps
+        self.settings = settings
         app.agent(self.inputs, name="duetime.resolver.route")(self.route)
         app.agent(self.by_run, name="duetime.resolver.resolve")(self.resolve)
+        app.timer(settings.sweep_interval_s, name="duetime.resolver.sweep")(self.send_sweeps)
 
     # --- agent 1: re-key by dag_run_id -----------------------------------------------------
 
@@ -167,8 +171,11 @@ class Resolver:
         async for event in stream.events():
             run_id = event.key.decode()
             event_type = _header(event.message.headers, EVENT_HEADER)
+            if event_type == SWEEP:
+                self.sweep(event.message.partition, _now_ms())
+                continue
             record = self.codec.decode(event_type, event.value, topic=event.message.topic)
-            actions = self.apply(run_id, event_type, record, _now_ms())
+            actions = self.apply(run_id, event_type, record, _now_ms(), event.message.partition)
             for command in actions.commands:
                 metrics.COMMANDS.labels(kind=command["kind"]).inc()
                 await self.control.send(
@@ -189,7 +196,9 @@ class Resolver:
                 if finished_ms and any(c["kind"] == "release" for c in actions.commands):
                     metrics.RELEASE_DELAY.observe(max(0, _now_ms() - finished_ms) / 1000)
 
-    def apply(self, run_id: str, event_type: str, record: dict[str, Any], now_ms: int) -> Any:
+    def apply(
+        self, run_id: str, event_type: str, record: dict[str, Any], now_ms: int, partition: int
+    ) -> Any:
         """Apply one event to the run's tables; returns the Actions to send."""
         stored = self.progress.get(run_id)
         state = (
@@ -197,6 +206,7 @@ class Resolver:
             if stored is None
             else {**stored, "statuses": dict(stored["statuses"])}  # never mutate the store
         )
+        state["partition"] = partition  # which sweep may drop it (see ``sweep``)
         shape = self.shapes.get(run_id)
         if event_type == "dag_run":
             metrics.EVENTS.labels(kind="started").inc()
@@ -222,6 +232,40 @@ class Resolver:
             del self.shapes[run_id]
             self._kids.pop(run_id, None)
         return actions
+
+    # --- retention: a sweep marker per partition, handled in the stream ----------------------
+
+    async def send_sweeps(self) -> None:
+        """Ask every partition's owner to drop expired runs (every process sends; harmless)."""
+        for p in range(self.partitions):
+            await self.by_run.send(
+                key=SWEEP.encode(), value=b"", partition=p, headers={EVENT_HEADER: SWEEP.encode()}
+            )
+
+    def sweep(self, partition: int, now_ms: int) -> int:
+        """Drop this partition's expired runs. Runs in the stream, so that the tombstones go
+        to the changelog partition the entries were written to."""
+        s = self.settings
+        dropped = 0
+        for run_id, state in list(self.progress.items()):
+            if state.get("partition") != partition:
+                continue
+            has_shape = self.shapes.get(run_id) is not None
+            if progress.expired(
+                state,
+                has_shape,
+                now_ms,
+                int(s.done_retention_s * 1000),
+                int(s.orphan_retention_s * 1000),
+            ):
+                del self.progress[run_id]
+                if has_shape:
+                    del self.shapes[run_id]
+                self._kids.pop(run_id, None)
+                dropped += 1
+        if dropped:
+            log.info("swept %s expired DAG runs", dropped, extra={"partition": partition})
+        return dropped
 
     def _children(self, run_id: str, shape: dict[str, Any] | None) -> Mapping[str, list[str]]:
         if shape is None:

@@ -221,6 +221,23 @@ def _completion(progress: Record, now_ms: int, out: Actions) -> None:
         )
 
 
+# --- retention -----------------------------------------------------------------------------
+
+
+def expired(
+    progress: Record, has_shape: bool, now_ms: int, done_retention_ms: int, orphan_retention_ms: int
+) -> bool:
+    """Whether a run's entries may be dropped from the tables.
+
+    A finished run is kept ``done_retention_ms`` after it ended (long enough for any redelivery
+    to find it finished, which is seconds); events of a run whose ``started`` never came are
+    kept ``orphan_retention_ms``. A run that started and has not finished is never dropped.
+    """
+    if progress["done"] is not None:
+        return now_ms - (progress.get("ended_at_ms") or now_ms) > done_retention_ms
+    return not has_shape and now_ms - progress["seen_at_ms"] > orphan_retention_ms
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 

@@ -22,6 +22,13 @@ class ResolverSettings:
     standby_replicas: int = 1
     """Table copies kept warm on other resolver processes, for a fast failover."""
 
+    done_retention_s: float = 3600.0
+    """How long a finished run's progress is kept (a redelivery then finds it finished)."""
+    orphan_retention_s: float = 24 * 3600.0
+    """How long events of a run whose started event never came are kept."""
+    sweep_interval_s: float = 300.0
+    """How often the tables are swept of expired runs."""
+
     @property
     def app_id(self) -> str:
         """The faust app id: consumer group and the prefix of its changelog topics."""
@@ -65,5 +72,11 @@ class ResolverSettings:
             ),
             standby_replicas=env.integer(
                 "DUETIME_RESOLVER_STANDBY_REPLICAS", cls.standby_replicas, 0, 5
+            ),
+            done_retention_s=env.number(
+                "DUETIME_RESOLVER_RETENTION_S", cls.done_retention_s, 1, 30 * 86400
+            ),
+            sweep_interval_s=env.number(
+                "DUETIME_RESOLVER_SWEEP_INTERVAL_S", cls.sweep_interval_s, 0.1, 86400
             ),
         )

@@ -363,3 +363,36 @@ def test_the_resolver_ignores_aborted_dead_letters(
         done = wait_completed(dag_runs, run_id, resolver=resolver)
         assert done["status"] == "success", done["node_statuses"]
         assert not any(e.get("node_status") == "dead" for e in run_events(dag_runs, run_id))
+
+
+def test_finished_runs_are_swept_from_the_resolver_tables(
+    settings: CommonSettings,
+    scheduler: RunningScheduler,
+    client: JobClient,
+    dag_runs: TopicReader,
+) -> None:
+    env = {"DUETIME_RESOLVER_RETENTION_S": "1", "DUETIME_RESOLVER_SWEEP_INTERVAL_S": "0.5"}
+    resolver = ResolverProcess(settings, env).start()
+    changelog: TopicReader | None = None
+    try:
+        with sim_worker(settings):
+            dag = client.create_dag("swept", DIAMOND)
+            wait_known(settings, dag)
+            run_id = client.trigger_dag(dag.dag_id)
+            wait_completed(dag_runs, run_id, resolver=resolver)
+            topic = f"{settings.topic_prefix}resolver-progress-changelog"  # made by the resolver
+            changelog = TopicReader(settings, [topic], None)
+            reader = changelog
+
+            def tombstoned() -> bool:
+                return any(
+                    m.value() is None and run_id.encode() in (m.key() or b"")
+                    for m in list(reader.raw)
+                )
+
+            wait_for(tombstoned, 20, "the run's progress to be swept (a tombstone)")
+    finally:
+        if changelog is not None:
+            changelog.close()
+        resolver.stop()
+        delete_internal_topics(settings)

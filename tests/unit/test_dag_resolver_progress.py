@@ -174,3 +174,15 @@ def test_any_order_of_results_releases_each_node_once_after_its_upstreams(data: 
     for key in nodes:  # skipped exactly when some upstream path has a dead node
         if statuses[key] == "skipped":
             assert any(statuses[d] in ("dead", "skipped") for d in nodes[key])
+
+
+def test_retention_keeps_live_runs_and_drops_old_finished_ones_and_orphans() -> None:
+    run = Run({"a": []})
+    assert not p.expired(run.progress, True, 10**12, 1, 1)  # started, not finished: kept
+    run.node("a", "success")
+    ended = run.progress["ended_at_ms"]
+    assert not p.expired(run.progress, False, ended + 1000, 3600_000, 1)
+    assert p.expired(run.progress, False, ended + 3600_001, 3600_000, 1)
+    orphan = p.new_progress("r2", None, 5)
+    assert not p.expired(orphan, False, 5 + 86_400_000, 3600_000, 86_400_000)
+    assert p.expired(orphan, False, 6 + 86_400_000, 3600_000, 86_400_000)
