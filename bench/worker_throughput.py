@@ -6,6 +6,9 @@ a sustained rate, and the cost of the lease per execution.
     python -m bench.worker_throughput rate --rate 350 --duration-s 30 --workers 2
     python -m bench.worker_throughput lease --executions 20000
 
+With ``DUETIME_KAFKA_BOOTSTRAP`` and ``DUETIME_DATABASE_URL`` set it runs on those servers
+(its own database and topic prefix) instead of starting the shared bench stack.
+
 How it runs: the bench stack of ``bench.common`` (a local Kafka and PostgreSQL), ONE scheduler
 process and N worker processes (``duetime worker``), all on this machine's cores together with
 the load generator and the reader of the results topic. Targets are a no-op async Python
@@ -36,6 +39,8 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +67,39 @@ METRICS_BASE_PORT = 19400
 async def noop(ctx: Any) -> None:
     """The benchmark's target: nothing, so the figures are duetime's own cost."""
     return None
+
+
+@contextmanager
+def stack(partitions: int) -> Iterator[Any]:
+    """``DUETIME_KAFKA_BOOTSTRAP`` and ``DUETIME_DATABASE_URL`` set: those servers (a fresh
+    database and topic prefix on them); otherwise the shared bench stack of ``bench.common``."""
+    import psycopg
+
+    from duetime.core.config import CommonSettings, Env
+    from duetime.infra.migrate import migrate
+
+    env = Env()
+    bootstrap, url = env.opt_str("DUETIME_KAFKA_BOOTSTRAP"), env.opt_str("DUETIME_DATABASE_URL")
+    if not (bootstrap and url):
+        with bench_stack(partitions) as common:
+            yield common
+        return
+    db = f"wbench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    database_url = f"{url.rpartition('/')[0]}/{db}"
+    migrate(database_url)
+    common = replace(
+        CommonSettings.from_env(env),
+        bootstrap_servers=bootstrap,
+        database_url=database_url,
+        partitions=partitions,
+    )
+    try:
+        yield common
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 # --- the results topic ----------------------------------------------------------------------
@@ -314,7 +352,7 @@ def wait_done(results: Results, n: int, timeout_s: float) -> None:
 
 def scenario_e2e(workers: list[int], jobs: int) -> dict[str, Any]:
     runs = []
-    with bench_stack(PARTITIONS) as base:
+    with stack(PARTITIONS) as base:
         for n in workers:
             common = fresh(base)
             tag = f"e2e-{n}"
@@ -336,7 +374,7 @@ def scenario_e2e(workers: list[int], jobs: int) -> dict[str, Any]:
 
 def scenario_drain(workers: list[int], jobs: int) -> dict[str, Any]:
     runs = []
-    with bench_stack(PARTITIONS) as base:
+    with stack(PARTITIONS) as base:
         for n in workers:
             common = fresh(base)
             tag = f"drain-{n}"
@@ -420,7 +458,7 @@ def report(
 def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any]:
     name = f"worker-rate-{int(rate)}"
     n = int(rate * duration_s)
-    with bench_stack(PARTITIONS) as base:
+    with stack(PARTITIONS) as base:
         common = fresh(base)
         procs = [start_scheduler(common, name), *start_workers(common, workers, name)]
         results = Results(common)
@@ -478,7 +516,7 @@ def scenario_lease(executions: int) -> dict[str, Any]:
 
     name = "worker-lease"
     out: dict[str, Any] = {}
-    with bench_stack(PARTITIONS) as common:
+    with stack(PARTITIONS) as common:
 
         async def measure(concurrency: int) -> tuple[float, float, int]:
             store = LeaseStore(common.database_url, f"bench-{concurrency}", 30.0)

@@ -64,7 +64,7 @@ from .targets import Targets
 
 log = logging.getLogger("duetime.worker")
 
-_HOUSEKEEPING_S = 0.1
+_HOUSEKEEPING_S = 0.05
 _LAG_EVERY_S = 5.0
 _PURGE_EVERY_S = 600.0
 _RESUME_BELOW = 0.8  # resume paused topics below this share of the buffer (hysteresis)
@@ -121,8 +121,8 @@ class Worker:
         self.leases: LeaseStore | None = None
         self.executor: Executor | None = None
         self._http: httpx.AsyncClient | None = None
-        self.ready = asyncio.Event()
         self.exit_code = 0
+        self._committed_at = 0.0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -141,7 +141,8 @@ class Worker:
                     self._requeue_due_lease_waits()
                     self._start_ready()
                     self._apply_backpressure()
-                    self._commit()
+                    if time.monotonic() - self._committed_at >= self.settings.commit_interval_s:
+                        self._commit()
                     self._report_gauges()
                 except Exception:
                     metrics.LOOP_ERRORS.inc()
@@ -214,7 +215,6 @@ class Worker:
             asyncio.create_task(self._purge_leases(), name="purge-leases"),
         ]
         self._started = True
-        self.ready.set()
         log.info(
             "worker started: %s slots (%s reserved for critical), buffer %s, lease ttl %.1f s, "
             "%s registered tasks",
@@ -402,6 +402,7 @@ class Worker:
         self.consumer.call(lambda: consumer.pause(parts) if paused else consumer.resume(parts))
 
     def _commit(self) -> None:
+        self._committed_at = time.monotonic()
         offsets = self.offsets.to_commit()
         if not offsets or self.consumer is None:
             return

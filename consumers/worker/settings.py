@@ -31,11 +31,9 @@ class WorkerSettings:
     session_timeout_ms: int = 3000
     db_pool_size: int = 4
     commit_interval_s: float = 0.2
-    """How often finished offsets are committed (asynchronously)."""
+    """How often finished offsets are committed (asynchronously; synchronously on revoke)."""
     lease_retention_s: float = 7 * 24 * 3600.0
     """Finished leases are deleted after this long (the execution topics keep 7 days)."""
-    poll_interval_s: float = 0.002
-    """Idle wait between non-blocking polls of the consumer (start latency vs idle CPU)."""
 
     @property
     def reserved_critical(self) -> int:
@@ -67,6 +65,12 @@ class WorkerSettings:
                 "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
             ),
             db_pool_size=env.integer("DUETIME_WORKER_DB_POOL", cls.db_pool_size, 1, 100),
+            commit_interval_s=env.number(
+                "DUETIME_WORKER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.01, 60.0
+            ),
+            lease_retention_s=env.number(
+                "DUETIME_LEASE_RETENTION_S", cls.lease_retention_s, 3600.0, 365 * 86400.0
+            ),
         )
         settings.validate()
         return settings
