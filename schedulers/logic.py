@@ -413,12 +413,17 @@ def _fire_schedule(state: Record, due_ms: int, now_ms: int, policy: Policy, out:
         state["next_run_at_ms"] = None
         return
     if now_ms - due_ms > policy.misfire_threshold_ms:
+        missed_after_ms = due_ms - 1
+        if isinstance(schedule, OneTime):
+            # a one-time job is due at max(at, created_at): an `at` in the past lies before
+            # its due time and must still count as missed, or the job is skipped for good
+            missed_after_ms = min(missed_after_ms, _ms(schedule.at) - 1)
         fires = [
             _ms(t)
             for t in misfire_fires(
                 schedule,
                 Misfire(definition["misfire"]),
-                _dt(due_ms - 1),
+                _dt(missed_after_ms),
                 _dt(now_ms),
                 policy.catch_up_cap,
                 policy.catch_up_window_s,

@@ -200,3 +200,24 @@ def test_settings_are_validated_naming_the_variable() -> None:
     ):
         with pytest.raises(ConfigError, match=variable):
             WorkerSettings.from_env(Env(env))
+
+
+# --- found by the worker benchmark --------------------------------------------------------
+
+
+def test_a_past_one_time_job_ingested_late_still_runs_once() -> None:
+    """20,000 jobs "due now" took the scheduler more than the misfire threshold to ingest;
+    the late ones were skipped because their `at` lay before their due time (created_at)."""
+    from duetime.core.jobspec import build_job
+    from duetime.schedulers import logic
+
+    created_ms = 1_800_000_000_000
+    body = {
+        "name": "late",
+        "schedule": {"at": "2020-01-01T00:00:00Z"},
+        "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+    }
+    job = build_job(body, now_ms=created_ms, max_payload_bytes=256 * 1024)
+    state, _ = logic.on_definition(None, job, created_ms + 6_000)
+    out = logic.fire_due(state, created_ms + 6_000, logic.Policy(misfire_threshold_ms=5_000))
+    assert len(out.executions) == 1, state["status"]
