@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     last_end = max(e["at_ms"] for e in ends.values())
     duration_s = (last_end - first_start) / 1000
     latency = percentiles(measured["latencies_ms"])
-    name = f"dag-{args.scenario}"
+    name = "dag-latency" if args.scenario == "latency" else f"dag-throughput-{args.rate:g}"
     result = {
         "scenario": name,
         "jobs": measured["executions"],
@@ -302,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             "lateness_ms": "release latency: downstream request emitted − last upstream success",
         },
         "wall_s": round(timing["wall_s"], 2),
+        # the machine may be shared: say how busy it was
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
     write_result(name, result)
     xs = measured["latency_at_s"]
