@@ -33,6 +33,7 @@ import logging
 import time
 import zlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -87,11 +88,16 @@ class ResolverApp(faust.App):
 # --- the app -------------------------------------------------------------------------------
 
 
-def build_app(settings: ResolverSettings) -> faust.App:
-    """A configured resolver app with its agents registered (nothing runs until a worker)."""
+def build_app(settings: ResolverSettings, data_dir: Path) -> faust.App:
+    """A configured resolver app with its agents registered (nothing runs until a worker).
+
+    ``data_dir``: where faust keeps its local files (nothing durable with the memory store;
+    without it faust writes ``<app id>-data`` into the working directory).
+    """
     common = settings.common
     app = ResolverApp(
         settings.app_id,
+        datadir=str(data_dir),
         broker=[f"kafka://{server.strip()}" for server in common.bootstrap_servers.split(",")],
         # the changelog topics are the durable copy: a restarted resolver restores from them
         store="memory://",

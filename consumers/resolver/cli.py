@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 from typing import Any
 
 
@@ -38,10 +40,11 @@ def run_resolver(args: argparse.Namespace) -> int:
     setup_logging(common.log_format, common.log_level, role="resolver")
     serve_metrics(args.metrics_port if args.metrics_port is not None else common.metrics_port)
     create_topics(common.bootstrap_servers, settings.own_topics(), common.replication_factor)
-    app = build_app(settings)
-    worker: Any = Worker(app, quiet=True, redirect_stdouts=False, loglevel=common.log_level)
-    try:
-        worker.execute_from_commandline()  # runs until SIGTERM / SIGINT, then stops cleanly
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    with tempfile.TemporaryDirectory(prefix="duetime-resolver-") as data_dir:
+        app = build_app(settings, Path(data_dir))
+        worker: Any = Worker(app, quiet=True, redirect_stdouts=False, loglevel=common.log_level)
+        try:
+            worker.execute_from_commandline()  # runs until SIGTERM / SIGINT, then stops cleanly
+        except SystemExit as exc:
+            return int(exc.code or 0)
     return 0
