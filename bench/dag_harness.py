@@ -1,10 +1,11 @@
 """What the DAG tests and the DAG benchmark share: a resolver process and a simulated worker.
 
 ``RoleProcess`` (alias ``ResolverProcess``) runs ``python -m duetime.cli resolver`` (or
-another role) as a real process, so it can be SIGKILLed. ``SimWorker`` plays a worker on the wire: it reads execution requests like a worker
-(read_committed) and publishes the results a worker would (``success`` or ``failure``), with
-outcomes chosen per request by the test, and may hold some results back until told. Nothing
-here is mocked: the broker, the scheduler and the resolver are the real ones.
+another role) as a real process, so it can be SIGKILLed. ``SimWorker`` plays a worker on the
+wire: it reads execution requests like a worker (read_committed) and publishes the results a
+worker would (``success`` or ``failure``), with outcomes chosen per request by the test, and
+may hold some results back until told. Nothing here is mocked: the broker, the scheduler and
+the resolver are the real ones.
 """
 
 from __future__ import annotations
