@@ -24,7 +24,7 @@ from duetime.core.config import Env
 from duetime.producers.sdk import JobClient
 
 from . import dags, dlq, errors, jobs, metrics
-from .deps import Res, Resources, require_token
+from .deps import Res, Resources, no_unknown_query, require_token
 from .schemas import Health
 from .settings import ApiSettings
 from .writer import Writer
@@ -64,7 +64,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token), Depends(no_unknown_query)])
     v1.include_router(jobs.router, tags=["jobs"])
     v1.include_router(dags.router, tags=["dags"])
     v1.include_router(dlq.router, tags=["dlq"])
@@ -79,6 +79,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         response = await call_next(request)
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
+        if request.url.path.startswith("/v1/") and path.startswith("/") and path != "/v1":
+            path = path if path.startswith("/v1/") else "/v1" + path  # routes of the /v1 router
         metrics.REQUESTS.labels(request.method, path, str(response.status_code)).inc()
         metrics.LATENCY.labels(request.method, path).observe(time.perf_counter() - started)
         return response

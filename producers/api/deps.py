@@ -56,6 +56,28 @@ async def require_token(
         raise Unauthorized("a valid bearer token is required (Authorization: Bearer <token>)")
 
 
+def _query_names(dependant: Any) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+async def no_unknown_query(request: Request) -> None:
+    """A query parameter the route does not declare is a mistake worth a 400, not silence."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None or not request.query_params:
+        return
+    allowed = _query_names(dependant)
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise BadRequest(
+            f"unknown query parameter(s): {', '.join(repr(u) for u in unknown)[:200]}",
+            details={"field": "query", "allowed": sorted(allowed)},
+        )
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):

@@ -227,7 +227,10 @@ TARGET_SCHEMA: dict[str, Any] = {
                 "type": {"const": "http"},
                 "url": {"type": "string", "format": "uri", "example": "http://127.0.0.1:9000/h"},
                 "method": {"enum": ["GET", "POST", "PUT", "PATCH", "DELETE"]},
-                "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                "headers": {
+                    "type": ["object", "null"],
+                    "additionalProperties": {"type": "string"},
+                },
             },
             "additionalProperties": False,
         },
@@ -252,17 +255,17 @@ TARGET_SCHEMA: dict[str, Any] = {
 }
 _JOB_PROPERTIES: dict[str, Any] = {
     "job_id": {
-        "type": "string",
+        "type": ["string", "null"],
         "format": "uuid",
         "description": "client-chosen: creating the same id twice is idempotent",
     },
     "name": {"type": "string", "minLength": 1, "maxLength": 200},
-    "schedule": SCHEDULE_SCHEMA,
+    "schedule": {"anyOf": [SCHEDULE_SCHEMA, {"type": "null"}], "description": "null: manual"},
     "priority": {"enum": ["critical", "high", "normal", "low"], "default": "normal"},
     "target": TARGET_SCHEMA,
     "payload": {"description": "any JSON, at most DUETIME_MAX_PAYLOAD_BYTES encoded"},
     "retry": {
-        "type": "object",
+        "type": ["object", "null"],
         "properties": {
             "max_retries": {"type": "integer", "minimum": 0},
             "base_delay_s": {"type": "number", "minimum": 0},
@@ -274,7 +277,7 @@ _JOB_PROPERTIES: dict[str, Any] = {
     "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 604800},
     "misfire": {"enum": ["skip", "run_once", "run_all"], "default": "run_once"},
     "overlap": {"enum": ["skip", "allow", "queue_one"], "default": "skip"},
-    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "labels": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
 }
 JOB_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -288,9 +291,9 @@ DAG_SCHEMA: dict[str, Any] = {
     "title": "DagSpec",
     "required": ["name", "jobs"],
     "properties": {
-        "dag_id": {"type": "string", "format": "uuid"},
+        "dag_id": {"type": ["string", "null"], "format": "uuid"},
         "name": {"type": "string", "minLength": 1, "maxLength": 200},
-        "schedule": SCHEDULE_SCHEMA,
+        "schedule": {"anyOf": [SCHEDULE_SCHEMA, {"type": "null"}]},
         "overlap": {"enum": ["skip", "allow", "queue_one"]},
         "jobs": {
             "type": "array",
@@ -300,7 +303,7 @@ DAG_SCHEMA: dict[str, Any] = {
                 "required": ["key", "name", "target"],
                 "properties": {
                     "key": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,200}$"},
-                    "depends_on": {"type": "array", "items": {"type": "string"}},
+                    "depends_on": {"type": ["array", "null"], "items": {"type": "string"}},
                     **{k: v for k, v in _JOB_PROPERTIES.items() if k != "schedule"},
                 },
                 "additionalProperties": False,
@@ -313,10 +316,14 @@ DLQ_FILTER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "title": "DlqFilter",
     "properties": {
-        "job_id": {"type": "string", "format": "uuid"},
-        "name": {"type": "string"},
-        "since": {**_TS, "description": "dead at or after"},
-        "until": {**_TS, "description": "dead before"},
+        "job_id": {"type": ["string", "null"], "format": "uuid"},
+        "name": {"type": ["string", "null"]},
+        "since": {
+            "type": ["string", "null"],
+            "format": "date-time",
+            "description": "dead at or after",
+        },
+        "until": {"type": ["string", "null"], "format": "date-time", "description": "dead before"},
         "include_replayed": {"type": "boolean", "default": False},
         "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
     },
