@@ -113,7 +113,7 @@ class Results:
         from duetime.schemas.codec import Codec
 
         self.codec = Codec()
-        # execution_id -> [(started_at_ms, worker_id, lease_token, scheduled_at_ms)]
+        # execution_id -> one (started_at_ms, worker_id, lease_token, scheduled_at_ms) per lease
         self.running: dict[str, list[tuple[int, str, int, int]]] = {}
         self.success: dict[str, tuple[int, int]] = {}  # eid -> (finished_ms, received_ms)
         self.failures = 0
@@ -144,18 +144,20 @@ class Results:
                         continue
                     r = self.codec.decode("result", m.value() or b"")
                     eid = r["execution_id"]
-                    if r["status"] == "running":
-                        self.running.setdefault(eid, []).append(
-                            (
-                                r["started_at_ms"],
-                                r["worker_id"],
-                                r["lease_token"],
-                                r["scheduled_at_ms"],
-                            )
-                        )
-                    elif r["status"] == "success":
+                    # a start is known from the running event or, for attempts shorter than
+                    # the worker's running-event delay, from the outcome (same fields)
+                    starts = self.running.setdefault(eid, [])
+                    start = (
+                        r["started_at_ms"],
+                        r["worker_id"],
+                        r["lease_token"],
+                        r["scheduled_at_ms"],
+                    )
+                    if all(s[2] != start[2] for s in starts):
+                        starts.append(start)
+                    if r["status"] == "success":
                         self.success.setdefault(eid, (r["finished_at_ms"], now_ms))
-                    else:
+                    elif r["status"] == "failure":
                         self.failures += 1
 
     def done(self) -> int:
@@ -595,6 +597,11 @@ def main(argv: list[str] | None = None) -> int:
     lease = sub.add_parser("lease")
     lease.add_argument("--executions", type=int, default=20_000)
     args = parser.parse_args(argv)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # unwind: stop the roles, drop the database
+
+    signal.signal(signal.SIGTERM, on_term)
     if args.scenario == "e2e":
         result = scenario_e2e(args.workers, args.jobs)
     elif args.scenario == "drain":

@@ -1,7 +1,8 @@
 """One execution's path through a worker, from claimed slot to committable offset.
 
-``claim lease → publish running → run target (timeout, abort) → complete lease (fenced) →
-publish result → offset done``. The order is the guarantee:
+``claim lease → run target (timeout, abort; ``running`` is published once it has run for
+``running_event_after_s``) → complete lease (fenced) → publish result → offset done``.
+The order is the guarantee:
 
 - the lease is completed *before* the result is published, with the token it was claimed
   with: a worker whose lease was taken over (a zombie after a pause, a partition that moved)
@@ -97,6 +98,7 @@ class Executor:
         on_finished: Callable[[Item, bool], None],
         on_lease_wait: Callable[[Item, float], None],
         on_fatal: Callable[[BaseException], None],
+        running_event_after_s: float = 0.0,
     ) -> None:
         self.worker_id = worker_id
         self.codec = codec
@@ -109,6 +111,7 @@ class Executor:
         self._on_finished = on_finished
         self._on_lease_wait = on_lease_wait
         self._on_fatal = on_fatal
+        self.running_event_after_s = running_event_after_s
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = 0
         self._held: dict[str, Item] = {}
@@ -248,20 +251,13 @@ class Executor:
         self._lateness[item.priority].observe(max(0, started_ms - request["due_at_ms"]) / 1000)
         self._started[item.priority].inc()
         assert item.token is not None
-        running = result_record(
-            request,
-            status="running",
-            worker_id=self.worker_id,
-            token=item.token,
-            started_at_ms=started_ms,
-        )
-        sent = await self.producer.send_wait(
-            self.results_topic,
-            self.codec.encode("result", running),
-            key=request["job_id"],
-            partition=item.tp[1],
-        )
-        sent.add_done_callback(_retrieve)  # the final result's delivery is what counts
+        running_event: asyncio.TimerHandle | None = None
+        if self.running_event_after_s <= 0:
+            self._send_running(item, started_ms)
+        else:  # a job done sooner reports its outcome only: half the results traffic
+            running_event = asyncio.get_running_loop().call_later(
+                self.running_event_after_s, self._send_running, item, started_ms
+            )
         item.abort_reason = None
         timeout_s = request["timeout_s"]
         outcome: Outcome | None
@@ -281,9 +277,33 @@ class Executor:
             outcome = None
         finally:
             item.in_target = False
+            if running_event is not None:
+                running_event.cancel()
         finished_ms = _now_ms()
         self._durations[item.priority].observe((finished_ms - started_ms) / 1000)
         return outcome, started_ms, finished_ms
+
+    def _send_running(self, item: Item, started_ms: int) -> None:
+        """Publish the attempt's ``running`` event (its delivery is not waited for: the final
+        result's is what counts, and the producer keeps the two in order)."""
+        assert item.token is not None
+        record = result_record(
+            item.request,
+            status="running",
+            worker_id=self.worker_id,
+            token=item.token,
+            started_at_ms=started_ms,
+        )
+        args = (self.results_topic, self.codec.encode("result", record), item.request["job_id"])
+        try:
+            self.producer.send(*args, partition=item.tp[1]).add_done_callback(_retrieve)
+        except BufferError:  # the local queue is full: wait for room in a task
+
+            async def later() -> None:
+                sent = await self.producer.send_wait(*args, partition=item.tp[1])
+                sent.add_done_callback(_retrieve)
+
+            self._spawn(later(), f"running/{item.key}")
 
     async def _report(
         self, item: Item, outcome: Outcome, started_ms: int, finished_ms: int

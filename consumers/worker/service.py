@@ -184,6 +184,7 @@ class Worker:
             on_finished=self._finished,
             on_lease_wait=self._lease_wait,
             on_fatal=self._fatal,
+            running_event_after_s=s.running_event_after_s,
         )
         consumer = kafka.consumer(
             self.common,

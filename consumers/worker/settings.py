@@ -30,6 +30,9 @@ class WorkerSettings:
     """Consumer group; default ``<prefix>workers`` (separate pools use separate groups)."""
     session_timeout_ms: int = 3000
     db_pool_size: int = 4
+    running_event_after_s: float = 0.1
+    """Publish an attempt's ``running`` event once it has run this long (0: at its start).
+    Shorter attempts report only their outcome, which carries ``started_at`` too."""
     commit_interval_s: float = 0.2
     """How often finished offsets are committed (asynchronously; synchronously on revoke)."""
     lease_retention_s: float = 7 * 24 * 3600.0
@@ -65,6 +68,9 @@ class WorkerSettings:
                 "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
             ),
             db_pool_size=env.integer("DUETIME_WORKER_DB_POOL", cls.db_pool_size, 1, 100),
+            running_event_after_s=env.number(
+                "DUETIME_WORKER_RUNNING_EVENT_AFTER_S", cls.running_event_after_s, 0.0, 3600.0
+            ),
             commit_interval_s=env.number(
                 "DUETIME_WORKER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.01, 60.0
             ),

@@ -39,6 +39,7 @@ def worker_settings(settings: CommonSettings, **overrides: Any) -> WorkerSetting
         "lease_ttl_s": 3.0,
         "shutdown_s": 2.0,
         "commit_interval_s": 0.1,
+        "running_event_after_s": 0.0,  # the tests look at every running event
     }
     base.update(overrides)
     return WorkerSettings(common=settings, **base)
