@@ -7,6 +7,7 @@ import sys
 
 SUITES = {
     "scheduler": "bench.scheduler",
+    "dag": "bench.dag_bench",
 }
 
 

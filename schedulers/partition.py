@@ -39,7 +39,7 @@ from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import logic, metrics
-from .store import StateStore
+from .store import HELD_PREFIX, StateStore
 
 log = logging.getLogger("duetime.scheduler")
 
@@ -61,6 +61,8 @@ class Pending:
     dag_run_events: list[dict[str, Any]] = field(default_factory=list)
     poison: list[tuple[Message, str]] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)
+    held: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
+    """Changelog key → (job_id, command bytes, or None to forget it)."""
 
     def empty(self) -> bool:
         return not (
@@ -71,6 +73,7 @@ class Pending:
             or self.dag_run_events
             or self.poison
             or self.offsets
+            or self.held
         )
 
 
@@ -169,7 +172,17 @@ class PartitionOwner:
             state = self._state(job_id)
             if event_type == "job":
                 new, out = logic.on_definition(state, record, now_ms)
+                if state is None:
+                    self._collect(job_id, new, out)
+                    new, out = self._apply_held(job_id, new, now_ms)
             elif event_type == "control":
+                if state is None:
+                    # a command can overtake its job's definition (another topic): hold it
+                    # until the definition arrives
+                    issued = f"{record['issued_at_ms']:015d}"
+                    key = f"{HELD_PREFIX}{job_id}/{issued}/{record['command_id']}"
+                    self.pending.held[key] = (job_id, msg.value() or b"")
+                    return
                 new, out = logic.on_control(state, record, now_ms, self.policy)
             else:
                 new, out = logic.on_result(state, record, now_ms, self.rng)
@@ -185,6 +198,27 @@ class PartitionOwner:
             )
             return
         self._collect(job_id, new, out)
+
+    def _apply_held(
+        self, job_id: str, state: dict[str, Any], now_ms: int
+    ) -> tuple[dict[str, Any], logic.Outputs]:
+        """A new job's held commands, in the order they were issued; then forget them."""
+        held = dict(self.store.held_for(job_id))
+        held.update(
+            (k, v) for k, (j, v) in self.pending.held.items() if j == job_id and v is not None
+        )
+        total = logic.Outputs()
+        for key in sorted(held):
+            command = self.codec.decode("control", held[key], topic=self.topics.state)
+            new, out = logic.on_control(state, command, now_ms, self.policy)
+            state = new if new is not None else state
+            total.executions += out.executions
+            total.dead_letters += out.dead_letters
+            total.controls += out.controls
+            total.dag_run_events += out.dag_run_events
+            total.state_changed |= out.state_changed
+            self.pending.held[key] = (job_id, None)
+        return state, total
 
     def fire(self, now_ms: int, limit: int) -> int:
         """Fire every job whose wake-up time has come; returns how many jobs were handled."""
@@ -275,6 +309,11 @@ class PartitionOwner:
                     headers=[(WAKE_HEADER, b"" if wake is None else str(wake).encode())],
                 )
                 self.store.put(job_id, wake, value)
+            for key, (job_id, held) in p.held.items():
+                self.producer.produce(
+                    self.topics.state, key=key, value=held, partition=self.partition
+                )
+                self.store.hold(key, job_id, held)
             if p.offsets:
                 self.producer.send_offsets_to_transaction(
                     [TopicPartition(t, self.partition, o) for t, o in p.offsets.items()],

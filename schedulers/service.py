@@ -123,7 +123,12 @@ class Scheduler:
 
     def _cycle(self) -> None:
         assert self.consumer is not None
-        msgs = self.consumer.consume(self.settings.batch_size, self._poll_timeout_s())
+        # consume() waits for a full batch or its timeout; poll() returns with the first
+        # record, and consume(timeout=0) then takes whatever else is already here
+        first = self.consumer.poll(self._poll_timeout_s())
+        msgs = [] if first is None else [first]
+        if first is not None and self.settings.batch_size > 1:
+            msgs += self.consumer.consume(self.settings.batch_size - 1, 0)
         now_ms = self.clock.now_ms()
         for msg in msgs:
             if msg.error():

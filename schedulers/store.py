@@ -17,6 +17,9 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+HELD_PREFIX = "held/"
+"""Changelog keys ``held/<job_id>/<issued_at_ms>/<command_id>`` hold early control commands."""
+
 
 class StateStore:
     def __init__(self, path: Path | None, window_ms: int) -> None:
@@ -37,6 +40,11 @@ class StateStore:
             "WITHOUT ROWID"
         )
         self._db.execute("CREATE INDEX state_wake ON state (wake_at_ms)")
+        # control commands that arrived before their job's definition (see partition.py)
+        self._db.execute(
+            "CREATE TABLE held (key TEXT PRIMARY KEY, job_id TEXT, value BLOB) WITHOUT ROWID"
+        )
+        self._db.execute("CREATE INDEX held_job ON held (job_id)")
         self.window_ms = window_ms
         self._heap: list[tuple[int, str]] = []
         self._near: dict[str, int] = {}
@@ -79,6 +87,26 @@ class StateStore:
         )
         self._index(job_id, wake_at_ms)
 
+    def held_for(self, job_id: str) -> list[tuple[str, bytes]]:
+        """(key, command bytes) held for ``job_id``, oldest first."""
+        return [
+            (str(k), bytes(v))
+            for k, v in self._db.execute(
+                "SELECT key, value FROM held WHERE job_id = ? ORDER BY key", (job_id,)
+            )
+        ]
+
+    def hold(self, key: str, job_id: str, value: bytes | None) -> None:
+        """Keep (value) or forget (None) a held command."""
+        self.begin()
+        if value is None:
+            self._db.execute("DELETE FROM held WHERE key = ?", (key,))
+        else:
+            self._db.execute(
+                "INSERT OR REPLACE INTO held (key, job_id, value) VALUES (?, ?, ?)",
+                (key, job_id, value),
+            )
+
     def bulk_load(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
         """Restore: (job_id, wake, value) in changelog order; a None value deletes."""
         n = 0
@@ -86,6 +114,9 @@ class StateStore:
         puts: list[tuple[str, int | None, bytes]] = []
         for job_id, wake, value in rows:
             n += 1
+            if job_id.startswith(HELD_PREFIX):
+                self.hold(job_id, job_id.split("/")[1], value)
+                continue
             if value is None:
                 if puts:
                     self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)

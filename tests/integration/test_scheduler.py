@@ -220,3 +220,19 @@ def test_state_survives_a_restart(
         assert set(counts.values()) == {1}
     finally:
         second.stop()
+
+
+def test_a_command_that_overtakes_its_job_is_held_until_the_job_arrives(
+    settings: CommonSettings, scheduler: Running, executions: TopicReader
+) -> None:
+    """trigger is published before the definition: it must not be lost."""
+    with JobClient(settings=settings) as c:
+        definition = c.build(name="late-definition", target=HTTP_TARGET)
+        c.trigger(definition["job_id"])
+        time.sleep(1.0)  # the scheduler sees the command first, and holds it
+        assert of_job(executions, definition["job_id"]) == []
+        c.publish_definition(definition)
+    got = wait_for(lambda: of_job(executions, definition["job_id"]), 15, "the held trigger to run")
+    time.sleep(1.0)
+    got = of_job(executions, definition["job_id"])
+    assert len(got) == 1 and got[0]["trigger"] == "manual"
