@@ -26,6 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("duetime.infra.cli", "database migrations: db migrate"),
     "projector": ("duetime.consumers.projector.cli", "run a projector: events → PostgreSQL"),
     "api": ("duetime.producers.api.cli", "serve the REST API (default http://127.0.0.1:8080)"),
+    "jobs": ("duetime.producers.cli.commands", "jobs create|get|list|cancel|pause|resume|trigger"),
+    "executions": ("duetime.producers.cli.commands", "a job's executions, or: get EXECUTION_ID"),
+    "dags": ("duetime.producers.cli.commands", "dags create|get|runs|trigger"),
+    "dlq": ("duetime.producers.cli.commands", "dead-lettered executions: dlq list|replay"),
 }
 
 

@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.settings import SchedulerSettings
-from tests.helpers import RunningScheduler, wait_for
+from tests.helpers import wait_for
 from tests.integration.test_api_support import (
     RunningApi,
+    running_stack,
     settle,
     table_counts,
     topic_record_count,
 )
-from tests.integration.test_projector_support import RunningProjector
-from tests.integration.test_worker_support import RunningWorker, Sink
+from tests.integration.test_worker_support import Sink
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 
@@ -59,25 +56,8 @@ def api(settings: CommonSettings) -> Iterator[RunningApi]:
 
 @pytest.fixture
 def stack(settings: CommonSettings) -> Iterator[Sink]:
-    """Scheduler, worker and projector running; yields the HTTP sink the jobs call."""
-    sink = Sink().start()
-    scheduler = RunningScheduler(SchedulerSettings(common=settings, misfire_threshold_s=1.0))
-    worker = RunningWorker(
-        WorkerSettings(
-            common=replace(settings, instance_id=f"api-w-{uuid.uuid4().hex[:4]}"),
-            shutdown_s=1.0,
-        )
-    )
-    projector = RunningProjector(settings)
-    wait_for(lambda: scheduler.owned() == settings.partitions, 30, "the scheduler's partitions")
-    wait_for(lambda: worker.assigned() == 4 * settings.partitions, 30, "the worker's partitions")
-    try:
+    with running_stack(settings) as sink:
         yield sink
-    finally:
-        projector.stop()
-        worker.stop()
-        scheduler.stop()
-        sink.stop()
 
 
 def test_every_documented_error_has_its_status_and_body_and_writes_nothing(

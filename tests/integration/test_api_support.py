@@ -7,6 +7,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -15,11 +17,15 @@ import psycopg
 import uvicorn
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.api.app import create_app
 from duetime.producers.api.settings import ApiSettings
-from tests.helpers import wait_for
+from duetime.schedulers.settings import SchedulerSettings
+from tests.helpers import RunningScheduler, wait_for
+from tests.integration.test_projector_support import RunningProjector
+from tests.integration.test_worker_support import RunningWorker, Sink
 
 
 class RunningApi:
@@ -91,6 +97,29 @@ def table_counts(settings: CommonSettings) -> dict[str, int]:
             row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
             out[table] = 0 if row is None else int(row[0])
     return out
+
+
+@contextmanager
+def running_stack(settings: CommonSettings) -> Iterator[Sink]:
+    """Scheduler, worker and projector running; yields the HTTP sink the jobs call."""
+    sink = Sink().start()
+    scheduler = RunningScheduler(SchedulerSettings(common=settings, misfire_threshold_s=1.0))
+    worker = RunningWorker(
+        WorkerSettings(
+            common=replace(settings, instance_id=f"api-w-{uuid.uuid4().hex[:4]}"),
+            shutdown_s=1.0,
+        )
+    )
+    projector = RunningProjector(settings)
+    try:
+        wait_for(lambda: scheduler.owned() == settings.partitions, 30, "the scheduler")
+        wait_for(lambda: worker.assigned() == 4 * settings.partitions, 30, "the worker")
+        yield sink
+    finally:
+        projector.stop()
+        worker.stop()
+        scheduler.stop()
+        sink.stop()
 
 
 def settle() -> None:

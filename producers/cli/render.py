@@ -1,0 +1,83 @@
+"""Output: aligned tables for people, JSON for scripts, a progress bar on a terminal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+MAX_CELL = 48
+
+
+def as_json(value: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # looked up per call: tests and callers may swap sys.stdout
+    out.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = str(value)
+    if isinstance(value, str) and len(text) >= 20 and text[4:5] == "-" and "T" in text:
+        try:  # timestamps: shorter, still exact to the millisecond
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            text = parsed.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+        except ValueError:
+            pass
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO | None = None
+) -> None:
+    out = out or sys.stdout
+    if not rows:
+        out.write("(none)\n")
+        return
+    cells = [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    out.write("\n")
+    for row in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def record(value: dict[str, Any], out: TextIO | None = None, skip: Sequence[str] = ()) -> None:
+    """One object as ``key  value`` lines."""
+    out = out or sys.stdout
+    keys = [k for k in value if k not in skip]
+    width = max((len(k) for k in keys), default=0)
+    for k in keys:
+        out.write(f"{k.ljust(width)}  {cell(value[k])}\n")
+
+
+class Progress:
+    """``[#####-----] 50/100 what`` redrawn in place on a terminal; one line per step otherwise."""
+
+    def __init__(self, what: str, total: int | None, out: TextIO | None = None) -> None:
+        self.what, self.total, self.out = what, total, out or sys.stderr
+        self.done = 0
+        self.tty = self.out.isatty()
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.total:
+            filled = int(30 * min(1.0, self.done / self.total))
+            line = f"[{'#' * filled}{'-' * (30 - filled)}] {self.done}/{self.total} {self.what}"
+        else:
+            line = f"{self.done} {self.what}"
+        if self.tty:
+            self.out.write("\r" + line)
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+            self.out.flush()
