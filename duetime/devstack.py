@@ -29,6 +29,8 @@ ROLES: list[tuple[str, list[str]]] = [
     ("worker-1", ["worker"]),
     ("worker-2", ["worker"]),
     ("resolver", ["resolver"]),
+    ("projector", ["projector"]),
+    ("api", ["api"]),
 ]
 
 
@@ -167,6 +169,12 @@ def run_dev(args: argparse.Namespace) -> int:
             )
             follower.start()
         print(f"roles: {', '.join(n for n, _ in ROLES)}; logs in {logs_dir}", flush=True)
+        api_url = _api_url(env)
+        print(
+            f"api        {api_url}  (OpenAPI docs {api_url}/docs, metrics {api_url}/metrics; "
+            f"try: duetime jobs list)",
+            flush=True,
+        )
         print("Ctrl-C stops everything.", flush=True)
         supervisor.run(args.duration_s)
     finally:
@@ -176,6 +184,14 @@ def run_dev(args: argparse.Namespace) -> int:
             stack.down()
         print("stopped: nothing left running", flush=True)
     return 0
+
+
+def _api_url(env: Any) -> str:
+    from duetime.producers.api.settings import ApiSettings
+
+    api = ApiSettings.from_env(env)
+    host = "127.0.0.1" if api.host in ("0.0.0.0", "") else api.host
+    return f"http://{host}:{api.port}"
 
 
 def _demo(common: Any, stop: threading.Event) -> None:
