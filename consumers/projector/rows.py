@@ -46,12 +46,13 @@ def iso(ms: int | None) -> str | None:
 # --- jobs ----------------------------------------------------------------------------------
 
 
-def job_row(definition: Mapping[str, Any]) -> Record:
-    """The definition columns of a job row, and the status it has before any scheduler state."""
+def job_row(definition: Mapping[str, Any], *, with_next_run: bool = True) -> Record:
+    """The definition columns of a job row, and the status it has before any scheduler state
+    (``with_next_run=False``: the caller has the scheduler's own next run)."""
     blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
     schedule = schedule_to_api(definition.get("schedule"))
     next_run = None
-    if schedule is not None and not blocked:
+    if with_next_run and schedule is not None and not blocked:
         created = dt(definition["created_at_ms"])
         assert created is not None
         first = first_fire(parse_schedule(schedule), created)
@@ -82,7 +83,7 @@ def job_row(definition: Mapping[str, Any]) -> Record:
 
 
 def job_row_from_state(state: Mapping[str, Any], offset: int) -> Record:
-    row = job_row(state["definition"])
+    row = job_row(state["definition"], with_next_run=False)
     row["status"] = state["status"]
     row["next_run_at"] = dt(state.get("next_run_at_ms"))
     row["status_at"] = dt(state["updated_at_ms"])

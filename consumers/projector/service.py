@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ from duetime.core import kafka
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
-from . import metrics, rows
+from . import metrics
 from .settings import ProjectorSettings
 from .store import Batch, ProjectionStore
 
@@ -132,7 +133,7 @@ class Projector:
         metrics.BATCHES.inc()
         metrics.ROWS.inc(batch.rows_written())
         lags = [max(0.0, done - m.timestamp()[1] / 1000) for m in msgs if m.error() is None]
-        for lag in lags:
+        for lag in lags[:: max(1, len(lags) // 100)]:  # a sample: ≤ ~100 per batch
             metrics.LAG_SECONDS.observe(lag)
         self._commit_to_kafka(batch)
         if self.on_batch is not None:
@@ -150,7 +151,14 @@ class Projector:
 
     def _reduce(self, msgs: list[Message]) -> Batch:
         batch = Batch()
-        for msg in msgs:
+        # a state record is superseded by a later one of its job in the same batch: the
+        # state topic is a changelog, only the newest is worth decoding
+        newest_state: dict[tuple[int, bytes | None], int] = {}
+        for i, msg in enumerate(msgs):
+            if msg.topic() == self.topics.state and msg.error() is None:
+                newest_state[(msg.partition() or 0, msg.key())] = i
+        counts: Counter[str] = Counter()
+        for i, msg in enumerate(msgs):
             if msg.error():
                 log.warning("consume error: %s", msg.error())
                 continue
@@ -159,10 +167,13 @@ class Projector:
             value = msg.value()
             if value is None:
                 continue  # a tombstone: nothing deletes projected rows
-            event_type = self._types[topic]
+            event_type = self._types[topic] or ""
+            counts[event_type] += 1
+            if topic == self.topics.state and newest_state[(partition, msg.key())] != i:
+                continue
             try:
-                record = self.codec.decode(event_type or "", value)
-                self._add(batch, event_type or "", record, offset)
+                record = self.codec.decode(event_type, value)
+                self._add(batch, event_type, record, offset)
             except Exception as exc:  # a record no row can be made of must not stop the rest
                 metrics.UNDECODABLE.inc()
                 log.error(
@@ -171,16 +182,17 @@ class Projector:
                     extra={"topic": topic, "partition": partition, "offset": offset},
                 )
                 continue
-            metrics.EVENTS.labels(event_type=event_type).inc()
-            batch.events += 1
+        for event_type, n in counts.items():
+            metrics.EVENTS.labels(event_type=event_type).inc(n)
+        batch.events = sum(counts.values())
         return batch
 
     @staticmethod
     def _add(batch: Batch, event_type: str, record: dict[str, Any], offset: int) -> None:
         if event_type == "job":
-            batch.add_job(rows.job_row(record))
+            batch.add_definition(record)
         elif event_type == "state":
-            batch.add_job(rows.job_row_from_state(record, offset))
+            batch.add_state(record, offset)
         elif event_type == "execution":
             batch.add_execution_event("request", record)
         elif event_type == "result":
@@ -223,12 +235,14 @@ class Projector:
         return partitions
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.store.forget()  # another projector may have written these partitions meanwhile
         consumer.assign(self._positions(partitions))
         self.assigned = {(tp.topic, tp.partition) for tp in partitions}
         metrics.ASSIGNED.set(len(self.assigned))
         log.info("assigned %s topic partitions", len(partitions), extra={"role": "projector"})
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.store.forget()
         self.assigned -= {(tp.topic, tp.partition) for tp in partitions}
         metrics.ASSIGNED.set(len(self.assigned))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -109,6 +110,7 @@ def _job_upsert() -> str:
     )
 
 
+_JOB_UPSERT = _job_upsert()
 _EXECUTION_UPSERT = (
     f"INSERT INTO executions ({_cols(EXECUTION_COLS)}) "
     f"SELECT {_cols(EXECUTION_COLS)} FROM stage_executions "
@@ -153,9 +155,11 @@ WHERE j.job_id = t.job_id AND j.last_execution_id IS DISTINCT FROM l.execution_i
 
 @dataclass
 class Batch:
-    """What one consume cycle brings, already reduced per key (see ``rows``)."""
+    """What one consume cycle brings, reduced per key: only the newest definition and the
+    newest state of a job are turned into a row (see ``rows``)."""
 
-    jobs: dict[str, rows.Record] = field(default_factory=dict)
+    definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     # execution_id -> (scheduled_at_ms, job_id, [(kind, record)]) in consumption order
     executions: dict[str, tuple[int, str, list[tuple[str, dict[str, Any]]]]] = field(
         default_factory=dict
@@ -167,8 +171,27 @@ class Batch:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     events: int = 0
 
-    def add_job(self, row: rows.Record) -> None:
-        self.jobs[row["job_id"]] = rows.merge_job(self.jobs.get(row["job_id"]), row)
+    def add_definition(self, record: dict[str, Any]) -> None:
+        seen = self.definitions.get(record["job_id"])
+        if seen is None or record["revision"] >= seen["revision"]:
+            self.definitions[record["job_id"]] = record
+
+    def add_state(self, record: dict[str, Any], offset: int) -> None:
+        seen = self.states.get(record["job_id"])
+        if seen is None or offset > seen[0]:
+            self.states[record["job_id"]] = (offset, record)
+
+    def job_rows(self) -> list[rows.Record]:
+        out = []
+        for job_id in self.definitions.keys() | self.states.keys():
+            definition = self.definitions.get(job_id)
+            state = self.states.get(job_id)
+            row = None if definition is None else rows.job_row(definition)
+            if state is not None:
+                row = rows.merge_job(row, rows.job_row_from_state(state[1], state[0]))
+            assert row is not None
+            out.append(row)
+        return out
 
     def add_execution_event(self, kind: str, record: dict[str, Any]) -> None:
         if kind == "dead":
@@ -197,7 +220,7 @@ class Batch:
 
     def rows_written(self) -> int:
         return (
-            len(self.jobs)
+            len(self.definitions.keys() | self.states.keys())
             + len(self.executions)
             + len(self.dead)
             + len(self.replays)
@@ -209,12 +232,25 @@ class Batch:
 class ProjectionStore:
     """One PostgreSQL connection, owned by the projector's loop thread."""
 
-    def __init__(self, database_url: str, consumer_name: str, retention_days: int) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        consumer_name: str,
+        retention_days: int,
+        cache_size: int = 200_000,
+    ) -> None:
         self.database_url = database_url
         self.consumer_name = consumer_name
         self.retention_days = retention_days
         self.conn: psycopg.Connection[Any] | None = None
         self.days: set[date] = set()
+        # Executions as last written by this process. Valid while the partitions stay here
+        # (one writer per partition): forget() on every rebalance and after a failed batch.
+        self.cache: OrderedDict[str, rows.Execution] = OrderedDict()
+        self.cache_size = cache_size
+
+    def forget(self) -> None:
+        self.cache.clear()
 
     # --- connection ---------------------------------------------------------------------
 
@@ -255,15 +291,24 @@ class ProjectionStore:
     # --- the batch ----------------------------------------------------------------------
 
     def write(self, batch: Batch) -> None:
+        try:
+            self._write(batch)
+        except BaseException:
+            self.forget()  # the cached executions may hold what was rolled back
+            raise
+
+    def _write(self, batch: Batch) -> None:
         conn = self.connect()
         with conn.transaction():
             self._ensure_days(conn, batch)
             if batch.executions:
                 self._write_executions(conn, batch)
-            if batch.jobs:
-                self._copy(conn, "stage_jobs", JOB_COLS, batch.jobs.values())
-                conn.execute(_job_upsert())
-            touched = {job_id for _, job_id, _ in batch.executions.values()} | set(batch.jobs)
+            job_rows = batch.job_rows()
+            if job_rows:
+                self._copy(conn, "stage_jobs", JOB_COLS, job_rows)
+                conn.execute(_JOB_UPSERT)
+            touched = {job_id for _, job_id, _ in batch.executions.values()}
+            touched |= batch.definitions.keys() | batch.states.keys()
             if touched:
                 conn.execute(_LAST_EXECUTION, (sorted(touched),))
             if batch.dead:
@@ -290,22 +335,24 @@ class ProjectionStore:
                 copy.write_row([record[c] for c in cols])
 
     def _write_executions(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
-        ids = list(batch.executions)
-        scheduled = [rows.dt(ms) for ms in sorted({s for s, _, _ in batch.executions.values()})]
+        missing = [i for i in batch.executions if i not in self.cache]
         existing: dict[str, rows.Execution] = {}
-        with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                "SELECT execution_id, scheduled_at, job_id, name, priority, trigger, dag_id, "
-                "dag_run_id, attempts FROM executions "
-                "WHERE execution_id = ANY(%s::uuid[]) AND scheduled_at = ANY(%s)",
-                (ids, scheduled),
-            )
-            for row in cur:
-                ex = rows.execution_from_row(row)
-                existing[ex.execution_id] = ex
+        if missing:
+            scheduled = [rows.dt(ms) for ms in sorted({batch.executions[i][0] for i in missing})]
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(
+                    "SELECT execution_id, scheduled_at, job_id, name, priority, trigger, dag_id, "
+                    "dag_run_id, attempts FROM executions "
+                    "WHERE execution_id = ANY(%s::uuid[]) AND scheduled_at = ANY(%s)",
+                    (missing, scheduled),
+                )
+                for row in cur:
+                    loaded = rows.execution_from_row(row)
+                    existing[loaded.execution_id] = loaded
         merged = []
         for execution_id, (scheduled_ms, job_id, events) in batch.executions.items():
-            ex = existing.get(execution_id) or rows.Execution(execution_id, scheduled_ms, job_id)
+            known = self.cache.pop(execution_id, None) or existing.get(execution_id)
+            ex = known or rows.Execution(execution_id, scheduled_ms, job_id)
             for kind, record in events:
                 if kind == "request":
                     rows.apply_request(ex, record)
@@ -314,6 +361,9 @@ class ProjectionStore:
                 else:
                     rows.apply_dead_letter(ex, record)
             merged.append(rows.execution_row(ex))
+            self.cache[execution_id] = ex
+        while len(self.cache) > self.cache_size:
+            self.cache.popitem(last=False)
         self._copy(conn, "stage_executions", EXECUTION_COLS, merged)
         conn.execute(_EXECUTION_UPSERT)
 
