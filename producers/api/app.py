@@ -25,7 +25,7 @@ from duetime.producers.sdk import JobClient
 
 from . import dags, dlq, errors, jobs, metrics
 from .deps import Res, Resources, no_unknown_query, require_token
-from .schemas import Health
+from .schemas import ErrorBody, Health
 from .settings import ApiSettings
 from .writer import Writer
 
@@ -43,7 +43,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
             settings.common.database_url,
             min_size=min(2, settings.pool_size),
             max_size=settings.pool_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, "connect_timeout": 5},
+            timeout=settings.db_timeout_s,  # waiting for a connection: then 503
             open=False,
         )
         await pool.open(wait=False)
@@ -96,7 +97,7 @@ def _operations(app: FastAPI) -> None:
     @app.get(
         "/readyz",
         response_model=Health,
-        responses={503: {"model": Health, "description": "Kafka or PostgreSQL unreachable"}},
+        responses={503: {"model": ErrorBody, "description": "Kafka or PostgreSQL unreachable"}},
         tags=["operations"],
         summary="readiness: Kafka and PostgreSQL reachable",
     )
@@ -108,10 +109,12 @@ def _operations(app: FastAPI) -> None:
                 strict=True,
             )
         )
-        ok = all(v == "ok" for v in checks.values())
+        if all(v == "ok" for v in checks.values()):
+            return {"status": "ok", "checks": checks}
+        failing = ", ".join(k for k, v in checks.items() if v != "ok")
         return JSONResponse(
-            {"status": "ok" if ok else "unavailable", "checks": checks},
-            status_code=200 if ok else 503,
+            errors.body("unavailable", f"not ready: {failing} unreachable", {"checks": checks}),
+            status_code=503,
         )
 
     @app.get(

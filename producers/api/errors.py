@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from duetime.core.errors import (
@@ -103,6 +105,14 @@ def install(app: FastAPI) -> None:
             body(code, str(exc.detail)),
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(psycopg.OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _database_down(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("%s %s: PostgreSQL unavailable: %s", request.method, request.url.path, exc)
+        return JSONResponse(
+            body("unavailable", "PostgreSQL did not answer; try again", {}), status_code=503
         )
 
     @app.exception_handler(Exception)

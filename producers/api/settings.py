@@ -24,6 +24,8 @@ class ApiSettings:
     """Raw request bodies above this are refused (413) before they are parsed."""
     pool_size: int = 16
     """PostgreSQL connections of one API process."""
+    db_timeout_s: float = 5.0
+    """How long a request waits for a PostgreSQL connection before answering 503."""
     publish_timeout_s: float = 10.0
     """How long a write waits for Kafka's acknowledgement before answering 503."""
     workers: int = 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -336,3 +337,22 @@ def test_dags_are_created_read_and_triggered(
             30,
             "the root node to succeed",
         )
+
+
+def test_unreachable_postgresql_is_503_not_ready_and_nothing_is_published(
+    settings: CommonSettings,
+) -> None:
+    down = replace(settings, database_url="postgresql://duetime:duetime@127.0.0.1:9/none")
+    api = RunningApi(down, db_timeout_s=1.0)
+    try:
+        with api.client() as c:
+            assert c.get("/healthz").status_code == 200
+            ready = assert_error(c.get("/readyz"), 503, "unavailable")
+            assert ready["details"]["checks"]["kafka"] == "ok"
+            assert ready["details"]["checks"]["postgresql"].startswith("unreachable")
+            assert_error(c.post("/v1/jobs", json=job_body()), 503, "unavailable")
+            assert_error(c.get(f"/v1/jobs/{uuid.uuid4()}"), 503, "unavailable")
+        settle()
+        assert topic_record_count(settings) == 0
+    finally:
+        api.stop()
