@@ -129,8 +129,16 @@ class Results:
                 "fetch.wait.max.ms": 10,
             }
         )
-        topic = Topics(common.topic_prefix).results
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(common.partitions)])
+        topics = Topics(common.topic_prefix)
+        # the requests too: when each was emitted and when it became visible to a reader
+        self.requests: dict[str, tuple[int, int]] = {}  # eid -> (emitted_at_ms, received_ms)
+        self.consumer.assign(
+            [
+                TopicPartition(t, p, 0)
+                for t in (topics.results, *topics.executions)
+                for p in range(common.partitions)
+            ]
+        )
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -141,6 +149,10 @@ class Results:
             with self.lock:
                 for m in msgs:
                     if m.error():
+                        continue
+                    if not (m.topic() or "").endswith("results"):
+                        q = self.codec.decode("execution", m.value() or b"")
+                        self.requests.setdefault(q["execution_id"], (q["emitted_at_ms"], now_ms))
                         continue
                     r = self.codec.decode("result", m.value() or b"")
                     eid = r["execution_id"]
@@ -480,12 +492,23 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
     starts = [started for started, _ in firsts]
     lateness = [started - scheduled for started, scheduled in firsts]
     xs = [(scheduled - t0_ms) / 1000 for _, scheduled in firsts]
+    # the worker's share: from the request's emission (and from when a reader could see it,
+    # i.e. after the scheduler's transaction committed) to the start
+    after_emit, after_visible = [], []
+    for eid, runs in results.running.items():
+        emitted_visible = results.requests.get(eid)
+        if emitted_visible is not None:
+            started = min(run[0] for run in runs)
+            after_emit.append(started - emitted_visible[0])
+            after_visible.append(started - emitted_visible[1])
     result = {
         "scenario": name,
         "jobs": n,
         "duration_s": duration_s,
         "throughput_jobs_per_s": round(len(results.success) / duration_s, 1),
         "lateness_ms": percentiles(lateness),
+        "start_after_emit_ms": percentiles(after_emit),
+        "start_after_visible_ms": percentiles(after_visible),
         "lost": n - len(results.success),
         "duplicates": sum(len(r) - 1 for r in results.running.values() if len(r) > 1),
         "lease": lease_figures(metrics, len(results.success)),
@@ -500,11 +523,14 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
             f"--duration-s {duration_s:g} --workers {workers}",
         },
     }
-    progress(f"{name}: lateness {result['lateness_ms']}, {len(starts)} started")
+    progress(
+        f"{name}: lateness {result['lateness_ms']}, after emit {result['start_after_emit_ms']}, "
+        f"after visible {result['start_after_visible_ms']}, {len(starts)} started"
+    )
     plot_series(
         name,
         f"start lateness at {rate:g} jobs/s ({workers} workers)",
-        {"start lateness": (xs, lateness)},
+        {"due → worker start": (xs, lateness)},
         "seconds since the first job was due",
         "ms",
         logy=True,

@@ -185,7 +185,13 @@ class ConsumerThread:
             while not self._stop.is_set():
                 self._run_calls()
                 try:
-                    records = self.consumer.consume(self._batch_size, self._poll_timeout_s)
+                    # consume(n, timeout) waits for n records or the timeout: under a steady
+                    # trickle that is the whole timeout. poll() returns with the first record;
+                    # then take what is already fetched without waiting.
+                    first = self.consumer.poll(self._poll_timeout_s)
+                    if first is None:
+                        continue
+                    records = [first, *self.consumer.consume(self._batch_size - 1, 0)]
                 except KafkaException as exc:
                     log.warning("consume failed: %s", exc)
                     continue

@@ -18,6 +18,13 @@ with every claim of an execution and a stale holder is recognisable wherever it 
 - **release**: a worker handing work back (shutdown) expires its leases at once, so the next
   owner need not wait for the TTL.
 
+Durability: claims and completions wait for the WAL flush: a published result must match a
+durable ``done``, and a claim draws a fencing token from the sequence, whose values could be
+handed out again after a crash if the claim's commit had not reached the disk (two holders
+with one token would defeat the fencing). Renewals and releases run with
+``synchronous_commit=off``: one PostgreSQL forgets after a crash only makes a lease expire
+sooner (its holder is then fenced out) or later (its next owner waits for the TTL).
+
 PostgreSQL being down is not fatal: every call retries with capped backoff (each waiting
 caller stays blocked, nothing runs unleased) until it answers or the worker stops. Every
 time is the database's ``now()``, so workers' clocks do not matter.
@@ -225,16 +232,31 @@ class LeaseStore:
         self.owner = owner
         self.ttl_s = ttl_s
         self._stopping = False
+        name = f"duetime-worker {owner}"[:63]
         self._pool = AsyncConnectionPool(
             database_url,
             min_size=1,
-            max_size=pool_size,
+            max_size=max(1, pool_size - pool_size // 2),
             open=False,
             # autocommit: every statement is its own short transaction (no idle-in-transaction)
-            kwargs={"autocommit": True, "application_name": f"duetime-worker {owner}"[:63]},
+            kwargs={"autocommit": True, "application_name": name},
             # a short wait for a connection: the batcher's backoff handles an outage
             timeout=5.0,
             name="duetime-leases",
+        )
+        # renewals and releases do not wait for the WAL flush (see the module doc)
+        self._fast_pool = AsyncConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=max(1, pool_size // 2),
+            open=False,
+            kwargs={
+                "autocommit": True,
+                "application_name": name,
+                "options": "-c synchronous_commit=off",
+            },
+            timeout=5.0,
+            name="duetime-leases-fast",
         )
         self._claims = _Batcher("claim", self._claim_batch, max_batch, self.stopping)
         self._completions = _Batcher("complete", self._complete_batch, max_batch, self.stopping)
@@ -246,6 +268,7 @@ class LeaseStore:
     async def open(self) -> None:
         # wait=False: a worker may start while PostgreSQL is still coming up; calls retry
         await self._pool.open(wait=False)
+        await self._fast_pool.open(wait=False)
         self._tasks = [
             asyncio.create_task(self._claims.run(), name="lease-claims"),
             asyncio.create_task(self._completions.run(), name="lease-completions"),
@@ -259,6 +282,7 @@ class LeaseStore:
         self._claims.fail_all(DatabaseUnavailable("worker stopped"))
         self._completions.fail_all(DatabaseUnavailable("worker stopped"))
         await self._pool.close()
+        await self._fast_pool.close()
 
     # --- the public calls -----------------------------------------------------------------
 
@@ -281,6 +305,7 @@ class LeaseStore:
                 "tokens": [t for _, t in held],
             },
             "renew",
+            fast=True,
         )
         renewed = {row[0] for row in rows}
         return {e for e, _ in held if e not in renewed}
@@ -294,6 +319,7 @@ class LeaseStore:
                 "release",
                 fetch=False,
                 retries=2,
+                fast=True,
             )
 
     async def purge(self, age_s: float, limit: int = 5000) -> int:
@@ -364,6 +390,7 @@ class LeaseStore:
         *,
         fetch: bool = True,
         retries: int | None = None,
+        fast: bool = False,
     ) -> list[tuple[Any, ...]]:
         """Run one statement; retry transient errors (``retries=None``: until stopping)."""
         backoff_s = 0.05
@@ -371,7 +398,8 @@ class LeaseStore:
         while True:
             started = time.perf_counter()
             try:
-                async with self._pool.connection() as conn:
+                pool = self._fast_pool if fast else self._pool
+                async with pool.connection() as conn:
                     cur = await conn.execute(sql, params)
                     rows = await cur.fetchall() if fetch else []
                 metrics.LEASE_BATCH_SECONDS.labels(op=op).observe(time.perf_counter() - started)

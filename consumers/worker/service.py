@@ -197,6 +197,10 @@ class Worker:
                 # our own buffer bounds the work in memory; librdkafka's default prefetch
                 # (64 MiB per partition) would only hold records back behind paused ones
                 "queued.max.messages.kbytes": 4096,
+                # read_committed: a transaction's commit does not wake a waiting fetch, so an
+                # idle fetch sits out its whole max wait (500 ms by default) before it returns
+                # what the scheduler just committed; that wait is start lateness
+                "fetch.wait.max.ms": 20,
                 "on_commit": self._on_commit,
             },
         )
