@@ -28,3 +28,11 @@ RESTORE_SECONDS = Histogram(
     "duetime_scheduler_restore_seconds", "Time to restore a partition from its changelog"
 )
 LOOP_ERRORS = Counter("duetime_scheduler_loop_errors_total", "Scheduler cycles that failed")
+PARTITIONS = Gauge(
+    "duetime_scheduler_partitions", "Partitions of the job-keyed topics (all of them, owned or not)"
+)
+CONSUMER_LAG = Gauge(
+    "duetime_scheduler_consumer_lag",
+    "Records of the scheduler's inputs not consumed yet, per topic (owned partitions)",
+    ["topic"],
+)

@@ -84,11 +84,16 @@ class Scheduler:
         )
         log.info("scheduler started", extra={"role": "scheduler"})
         failures = 0
+        metrics.PARTITIONS.set(self.common.partitions)
+        next_housekeeping = 0.0
         try:
             while not self._stop.is_set():
                 try:
                     self._cycle()
                     failures = 0
+                    if time.monotonic() >= next_housekeeping:
+                        self._housekeeping()
+                        next_housekeeping = time.monotonic() + 5.0
                 except (KafkaException, OSError) as exc:
                     failures += 1
                     metrics.LOOP_ERRORS.inc()
@@ -167,6 +172,20 @@ class Scheduler:
             except Exception as exc:
                 log.error("partition %s could not be restored: %s", p, exc, extra={"partition": p})
                 self._lost.append(p)
+
+    def _housekeeping(self) -> None:
+        """Gauges: pending jobs per partition, input lag per topic (from cached watermarks)."""
+        assert self.consumer is not None
+        for p, owner in self.owners.items():
+            metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
+        assignment = self.consumer.assignment()
+        lag: dict[str, int] = {}
+        for tp in self.consumer.position(assignment):
+            high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
+            if tp.offset >= 0 and high >= 0:
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, high - tp.offset)
+        for topic, value in lag.items():
+            metrics.CONSUMER_LAG.labels(topic=topic).set(value)
 
     def _poll_timeout_s(self) -> float:
         wakes = [w for w in (o.next_wake_ms() for o in self.owners.values()) if w is not None]
