@@ -142,10 +142,12 @@ class ConsumerThread:
         on_records: Callable[[list[Message]], None],
         on_assigned: Callable[[list[TP]], None],
         on_revoked: Callable[[list[TP], bool], Coroutine[Any, Any, dict[TP, int]]],
+        on_failed: Callable[[], None] | None = None,
         batch_size: int = 500,
         poll_timeout_s: float = 0.05,
     ) -> None:
         self.consumer = consumer
+        self._on_failed = on_failed
         self._topics = topics
         self._loop = loop
         self._on_records = on_records
@@ -201,6 +203,8 @@ class ConsumerThread:
             self._run_calls()
         except Exception:
             log.exception("the consumer thread failed")
+            if self._on_failed is not None:  # a worker that cannot fetch must not linger
+                self._loop.call_soon_threadsafe(self._on_failed)
         finally:
             try:
                 self.consumer.close()  # runs the revoke callback: the last commit

@@ -200,7 +200,7 @@ class Worker:
                 # read_committed: a transaction's commit does not wake a waiting fetch, so an
                 # idle fetch sits out its whole max wait (500 ms by default) before it returns
                 # what the scheduler just committed; that wait is start lateness
-                "fetch.wait.max.ms": 20,
+                "fetch.wait.max.ms": 10,
                 "on_commit": self._on_commit,
             },
         )
@@ -211,6 +211,7 @@ class Worker:
             on_records=self._on_records,
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
+            on_failed=lambda: self._fatal(RuntimeError("the consumer thread stopped")),
             batch_size=min(500, s.buffer),
         )
         self.consumer.start()
@@ -271,7 +272,7 @@ class Worker:
         log.info("worker stopped")
 
     def _fatal(self, exc: BaseException) -> None:
-        log.error("fatal Kafka producer error, stopping: %s", exc)
+        log.error("fatal error, stopping: %s", exc)
         self.exit_code = 1
         self.stop()
 

@@ -486,7 +486,11 @@ def test_a_redelivered_finished_execution_is_not_run_again(
     try:
         job = client.create_job(name="once", schedule=NOW, target={"type": "http", "url": sink.url})
         [first] = final(results, job.job_id)
-        [raw] = [m for m in requests.raw if m.key() and m.key().decode() == job.job_id]
+        [raw] = wait_for(
+            lambda: [m for m in list(requests.raw) if (m.key() or b"").decode() == job.job_id],
+            10,
+            "the execution request on its topic",
+        )
         producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
         producer.produce(raw.topic(), raw.value(), raw.key(), partition=raw.partition())
         producer.flush(10)
