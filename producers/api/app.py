@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from duetime import __version__
 from duetime.core import kafka
@@ -72,21 +73,39 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(v1)
     _operations(app)
 
-    @app.middleware("http")
-    async def observe(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        if request.url.path.startswith("/v1/") and path.startswith("/") and path != "/v1":
-            path = path if path.startswith("/v1/") else "/v1" + path  # routes of the /v1 router
-        metrics.REQUESTS.labels(request.method, path, str(response.status_code)).inc()
-        metrics.LATENCY.labels(request.method, path).observe(time.perf_counter() - started)
-        return response
-
+    app.add_middleware(ObserveRequests)
     return app
+
+
+class ObserveRequests:
+    """Counts and times every request by route template (a plain ASGI middleware: Starlette's
+    BaseHTTPMiddleware would copy every response through a memory stream)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            if scope["path"].startswith("/v1/") and not path.startswith("/v1"):
+                path = "/v1" + path  # routes of the /v1 router carry their own path only
+            metrics.REQUESTS.labels(scope["method"], path, str(status)).inc()
+            metrics.LATENCY.labels(scope["method"], path).observe(time.perf_counter() - started)
 
 
 def _operations(app: FastAPI) -> None:

@@ -23,6 +23,7 @@ def run_api(args: argparse.Namespace) -> int:
     from duetime.core.logs import setup_logging
 
     from .app import create_app
+    from .server import HTTP_PROTOCOL, LOOP
     from .settings import ApiSettings
 
     settings = ApiSettings.from_env(Env())
@@ -43,6 +44,8 @@ def run_api(args: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.port,
             workers=settings.workers,
+            http=HTTP_PROTOCOL,
+            loop=LOOP,
             log_config=None,
             access_log=False,
         )
@@ -51,6 +54,8 @@ def run_api(args: argparse.Namespace) -> int:
         create_app(settings),
         host=settings.host,
         port=settings.port,
+        http=HTTP_PROTOCOL,
+        loop=LOOP,
         log_config=None,
         access_log=False,
     )

@@ -49,7 +49,8 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
         raise ValidationError("a job must be a JSON object", field="")
     definition = res.client.build(body)
     async with res.pool.connection() as conn, conn.transaction():
-        if not await store.insert_new_job(conn, definition):
+        new = await store.insert_new_job(conn, definition)
+        if new is None:
             row = await store.get_job(conn, definition["job_id"])
             assert row is not None
             wanted = {k: v for k, v in job_to_api(definition).items() if k != "job_id"}
@@ -67,8 +68,7 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
         await res.writer.publish(
             lambda done: res.client.publish_definition(definition, wait=False, on_delivery=done)
         )
-    row = store.job_row(definition)
-    return {"job_id": row["job_id"], "status": row["status"], "next_run_at": row["next_run_at"]}
+    return {"job_id": new["job_id"], "status": new["status"], "next_run_at": new["next_run_at"]}
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=errors(401, 404), summary="one job")

@@ -88,16 +88,16 @@ def job_row(definition: Mapping[str, Any]) -> Row:
     }
 
 
-async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> bool:
-    """Insert a new job's row; False when the job_id exists (the row is then locked until
-    the caller's transaction ends, so two creates of one id are serialised)."""
+async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> Row | None:
+    """Insert a new job's row and return it; None when the job_id exists (the row is then
+    locked until the caller's transaction ends, so two creates of one id are serialised)."""
     row = job_row(definition)
     cur = await conn.execute(
         f"INSERT INTO jobs ({', '.join(_JOB_COLS)}) VALUES ({', '.join(['%s'] * len(_JOB_COLS))}) "
         "ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
         [row[c] for c in _JOB_COLS],
     )
-    return await cur.fetchone() is not None
+    return row if await cur.fetchone() is not None else None
 
 
 async def insert_new_dag(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> None:

@@ -21,6 +21,7 @@ from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.api.app import create_app
+from duetime.producers.api.server import HTTP_PROTOCOL, LOOP
 from duetime.producers.api.settings import ApiSettings
 from duetime.schedulers.settings import SchedulerSettings
 from tests.helpers import RunningScheduler, wait_for
@@ -35,7 +36,12 @@ class RunningApi:
         port = self.sock.getsockname()[1]
         self.settings = replace(ApiSettings(common=settings, port=port), **overrides)
         config = uvicorn.Config(
-            create_app(self.settings), log_config=None, access_log=False, lifespan="on"
+            create_app(self.settings),
+            http=HTTP_PROTOCOL,
+            loop=LOOP,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
