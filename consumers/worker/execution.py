@@ -333,6 +333,16 @@ class Executor:
             metrics.FINISHED.labels(
                 priority=item.priority.value, status=outcome.status, reason=outcome.reason
             ).inc()
+            if outcome.error is None:
+                log.debug("attempt succeeded", extra=item.fields())
+            else:  # expected failures: info, no traceback (the error is in the result)
+                log.info(
+                    "attempt failed (%s, %s): %s",
+                    outcome.reason,
+                    "will be retried by policy" if outcome.error["retryable"] else "permanent",
+                    outcome.error["message"],
+                    extra=item.fields(),
+                )
         self._on_finished(item, delivered)
 
     async def _publish(self, item: Item, value: bytes) -> bool:
