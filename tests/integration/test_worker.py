@@ -26,6 +26,7 @@ from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration import test_worker_support as support
+from tests.integration.test_projector_support import project_all
 from tests.integration.test_worker_support import RunningWorker, Sink
 
 NOW = {"at": "2020-01-01T00:00:00Z"}  # a past one-time schedule: runs at once
@@ -235,6 +236,7 @@ def test_fail_twice_then_succeed_takes_three_attempts_with_policy_delays(
 
 
 def test_always_failing_target_goes_dead_then_replay_after_the_fix_succeeds(
+    settings: CommonSettings,
     scheduler: RunningScheduler,
     worker: RunningWorker,
     client: JobClient,
@@ -259,6 +261,13 @@ def test_always_failing_target_goes_dead_then_replay_after_the_fix_succeeds(
     assert [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
     assert all(e["error"]["http_status"] == 502 for e in dead["errors"])
     assert {e["worker_id"] for e in dead["errors"]} == {worker.worker.worker_id}
+    project_all(settings)  # the projector's dead-letter table, for `duetime dlq list`
+    with psycopg.connect(settings.database_url) as conn:
+        row = conn.execute(
+            "SELECT attempts, jsonb_array_length(errors) FROM dead_letters WHERE execution_id = %s",
+            (dead["execution_id"],),
+        ).fetchone()
+    assert row == (3, 3)
 
     sink.broken = False
     client.replay(job.job_id, dead["execution_id"])
