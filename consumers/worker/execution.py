@@ -135,10 +135,13 @@ class Executor:
         """(execution_id, token) of every lease held now (to renew)."""
         return [(e, i.token) for e, i in self._held.items() if i.token is not None]
 
-    def lose(self, execution_id: str) -> None:
-        """The lease was taken over: stop the run; its result will not be reported."""
+    def lose(self, execution_id: str, token: int) -> None:
+        """The lease ``token`` was taken over: stop its run; its result will not be reported.
+
+        The token matters: by the time a renewal answers, that attempt may have finished and
+        a newer one of the same execution may hold the lease."""
         item = self._held.get(execution_id)
-        if item is not None:
+        if item is not None and item.token == token:
             self._abort(item, LOST)
 
     async def abort_all(self, reason: str) -> int:

@@ -494,8 +494,9 @@ class Worker:
             except Exception as exc:
                 log.warning("lease renewal failed: %s", exc)
                 continue
-            for execution_id in lost:
-                self.executor.lose(execution_id)
+            for execution_id, token in held:
+                if execution_id in lost:
+                    self.executor.lose(execution_id, token)
 
     async def _report_lag(self) -> None:
         while True:
