@@ -8,6 +8,7 @@ import sys
 SUITES = {
     "scheduler": "bench.scheduler",
     "dag": "bench.dag_bench",
+    "worker": "bench.worker_throughput",
 }
 
 

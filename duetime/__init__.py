@@ -15,11 +15,20 @@ _LAZY = {
     "JobClient": ("duetime.producers.sdk", "JobClient"),
     "task": ("duetime.consumers.tasks", "task"),
     "TaskRegistry": ("duetime.consumers.tasks", "TaskRegistry"),
+    "ExecutionContext": ("duetime.consumers.tasks", "ExecutionContext"),
     "RetryLater": ("duetime.core.errors", "RetryLater"),
     "FailPermanently": ("duetime.core.errors", "FailPermanently"),
 }
 
-__all__ = ["FailPermanently", "JobClient", "RetryLater", "TaskRegistry", "__version__", "task"]
+__all__ = [
+    "ExecutionContext",
+    "FailPermanently",
+    "JobClient",
+    "RetryLater",
+    "TaskRegistry",
+    "__version__",
+    "task",
+]
 
 
 def __getattr__(name: str) -> Any:

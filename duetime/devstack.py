@@ -23,14 +23,15 @@ from typing import Any
 
 log = logging.getLogger("duetime.dev")
 
-# (name, command arguments after ``duetime``); each runs as its own process.
-ROLES: list[tuple[str, list[str]]] = [
-    ("scheduler", ["scheduler"]),
-    ("worker-1", ["worker"]),
-    ("worker-2", ["worker"]),
-    ("resolver", ["resolver"]),
-    ("projector", ["projector"]),
-    ("api", ["api"]),
+# (name, command arguments after ``duetime``, metrics port); each runs as its own process.
+# The ports match infra/prometheus/prometheus.yml (the API serves /metrics on its own port).
+ROLES: list[tuple[str, list[str], int]] = [
+    ("scheduler", ["scheduler"], 9401),
+    ("worker-1", ["worker"], 9402),
+    ("worker-2", ["worker"], 9403),
+    ("resolver", ["resolver"], 9404),
+    ("projector", ["projector"], 9405),
+    ("api", ["api"], 0),
 ]
 
 
@@ -158,9 +159,14 @@ def run_dev(args: argparse.Namespace) -> int:
             "DUETIME_TOPIC_PREFIX": common.topic_prefix,
             "DUETIME_PARTITIONS": str(common.partitions),
         }
-        for name, argv in ROLES:
+        for name, argv, metrics_port in ROLES:
+            env_for_role = {
+                **child_env,
+                "DUETIME_INSTANCE_ID": f"dev-{name}",
+                "DUETIME_METRICS_PORT": str(metrics_port),
+            }
             supervisor.children.append(
-                Child(name, argv, child_env, log_path=str(logs_dir / f"{name}.log"))
+                Child(name, argv, env_for_role, log_path=str(logs_dir / f"{name}.log"))
             )
         follower = None
         if not args.no_demo:
@@ -168,7 +174,12 @@ def run_dev(args: argparse.Namespace) -> int:
                 target=_demo, args=(common, supervisor.stop_event), daemon=True
             )
             follower.start()
-        print(f"roles: {', '.join(n for n, _ in ROLES)}; logs in {logs_dir}", flush=True)
+        print(f"roles: {', '.join(r[0] for r in ROLES)}; logs in {logs_dir}", flush=True)
+        print(
+            "metrics    "
+            + ", ".join(f"{n} http://127.0.0.1:{p}/metrics" for n, _, p in ROLES if p),
+            flush=True,
+        )
         api_url = _api_url(env)
         print(
             f"api        {api_url}  (OpenAPI docs {api_url}/docs, metrics {api_url}/metrics; "
@@ -221,6 +232,13 @@ def _demo(common: Any, stop: threading.Event) -> None:
                 )
                 for i in range(4)
             ],
+            # fails every attempt: two quick retries, then the dead-letter queue
+            client.create_job(
+                name="demo-dead-letter",
+                schedule={"at": (soon + timedelta(seconds=2)).isoformat()},
+                target={"type": "python", "ref": "duetime.demo:always_fails"},
+                retry={"max_retries": 2, "base_delay_s": 1, "max_delay_s": 5},
+            ),
         ]
         # a DAG every 30 s: extract → (transform, audit) → load
         hello = {"type": "python", "ref": "duetime.demo:hello"}

@@ -297,6 +297,8 @@ def on_result(
         _move(state, Event.SUCCEED)
         _after_occurrence(state, now_ms, out, entry)
     else:
+        if entry["status"] == Status.FAILED.value:
+            return state, out  # this attempt's failure was applied already (a republished result)
         _on_failure(state, entry, result, now_ms, rng, out)
     state["updated_at_ms"] = now_ms
     out.state_changed = True

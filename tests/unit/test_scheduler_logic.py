@@ -1,0 +1,92 @@
+"""The scheduler's pure transform: results, retries, dead letters, stale and repeated reports."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from duetime.core.jobspec import build_job
+from duetime.schedulers import logic
+
+NOW = 1_800_000_000_000
+
+
+def fired(max_retries: int = 3) -> tuple[dict[str, Any], dict[str, Any]]:
+    definition = build_job(
+        {
+            "name": "x",
+            "schedule": {"at": "2020-01-01T00:00:00Z"},
+            "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+            "retry": {"max_retries": max_retries, "base_delay_s": 1, "jitter": False},
+        },
+        now_ms=NOW,
+    )
+    state, _ = logic.on_definition(None, definition, NOW)
+    out = logic.fire_due(state, NOW, logic.Policy())
+    assert len(out.executions) == 1
+    return state, out.executions[0]
+
+
+def result(
+    request: dict[str, Any], status: str, attempt: int = 1, token: int = 5
+) -> dict[str, Any]:
+    return {
+        "execution_id": request["execution_id"],
+        "job_id": request["job_id"],
+        "attempt": attempt,
+        "status": status,
+        "worker_id": "w",
+        "lease_token": token,
+        "scheduled_at_ms": request["scheduled_at_ms"],
+        "finished_at_ms": NOW + 10,
+        "error": None
+        if status != "failure"
+        else {
+            "type": "X",
+            "message": "m",
+            "retryable": True,
+            "reason": "error",
+            "http_status": None,
+        },
+        "retry_after_s": None,
+    }
+
+
+def test_a_repeated_failure_report_changes_nothing() -> None:
+    state, request = fired()
+    state, _ = logic.on_result(state, result(request, "failure"), NOW + 10, random.Random(1))
+    entry = dict(state["inflight"][0])
+    assert entry["status"] == "failed" and entry["due_at_ms"] == NOW + 10 + 1000
+    state, out = logic.on_result(state, result(request, "failure"), NOW + 900, random.Random(2))
+    assert not out.state_changed
+    assert state["inflight"][0]["due_at_ms"] == entry["due_at_ms"]
+    assert len(state["inflight"][0]["errors"]) == 1
+
+
+def test_retries_then_dead_letter_with_the_whole_history() -> None:
+    state, request = fired(max_retries=2)
+    now = NOW
+    for attempt in (1, 2, 3):
+        now += 10_000
+        state, out = logic.on_result(
+            state, result(request, "failure", attempt), now, random.Random(attempt)
+        )
+        if attempt < 3:
+            assert state["status"] == "failed"
+            out = logic.fire_due(state, now + 10_000, logic.Policy())
+            assert [e["attempt"] for e in out.executions] == [attempt + 1]
+            assert out.executions[0]["execution_id"] == request["execution_id"]
+    assert state["status"] == "dead" and state["inflight"] == []
+    [dead] = out.dead_letters
+    assert dead["attempts"] == 3 and [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
+
+
+def test_a_stale_fencing_token_is_ignored() -> None:
+    state, request = fired()
+    state, _ = logic.on_result(state, result(request, "running", token=7), NOW + 1, random.Random())
+    state, out = logic.on_result(
+        state, result(request, "success", token=6), NOW + 2, random.Random()
+    )
+    assert not out.state_changed and state["status"] == "running"
+    state, _ = logic.on_result(state, result(request, "success", token=7), NOW + 3, random.Random())
+    assert state["status"] == "success" and state["inflight"] == []
