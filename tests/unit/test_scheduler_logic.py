@@ -52,12 +52,20 @@ def result(
     }
 
 
+def on_result(
+    state: dict[str, Any], res: dict[str, Any], now_ms: int, rng: random.Random
+) -> tuple[dict[str, Any], logic.Outputs]:
+    new, out = logic.on_result(state, res, now_ms, rng)
+    assert new is not None
+    return new, out
+
+
 def test_a_repeated_failure_report_changes_nothing() -> None:
     state, request = fired()
-    state, _ = logic.on_result(state, result(request, "failure"), NOW + 10, random.Random(1))
+    state, _ = on_result(state, result(request, "failure"), NOW + 10, random.Random(1))
     entry = dict(state["inflight"][0])
     assert entry["status"] == "failed" and entry["due_at_ms"] == NOW + 10 + 1000
-    state, out = logic.on_result(state, result(request, "failure"), NOW + 900, random.Random(2))
+    state, out = on_result(state, result(request, "failure"), NOW + 900, random.Random(2))
     assert not out.state_changed
     assert state["inflight"][0]["due_at_ms"] == entry["due_at_ms"]
     assert len(state["inflight"][0]["errors"]) == 1
@@ -68,7 +76,7 @@ def test_retries_then_dead_letter_with_the_whole_history() -> None:
     now = NOW
     for attempt in (1, 2, 3):
         now += 10_000
-        state, out = logic.on_result(
+        state, out = on_result(
             state, result(request, "failure", attempt), now, random.Random(attempt)
         )
         if attempt < 3:
@@ -83,10 +91,8 @@ def test_retries_then_dead_letter_with_the_whole_history() -> None:
 
 def test_a_stale_fencing_token_is_ignored() -> None:
     state, request = fired()
-    state, _ = logic.on_result(state, result(request, "running", token=7), NOW + 1, random.Random())
-    state, out = logic.on_result(
-        state, result(request, "success", token=6), NOW + 2, random.Random()
-    )
+    state, _ = on_result(state, result(request, "running", token=7), NOW + 1, random.Random())
+    state, out = on_result(state, result(request, "success", token=6), NOW + 2, random.Random())
     assert not out.state_changed and state["status"] == "running"
-    state, _ = logic.on_result(state, result(request, "success", token=7), NOW + 3, random.Random())
+    state, _ = on_result(state, result(request, "success", token=7), NOW + 3, random.Random())
     assert state["status"] == "success" and state["inflight"] == []
