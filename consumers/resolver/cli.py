@@ -7,6 +7,27 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+SHUTDOWN_DEADLINE_S = 20.0
+"""faust's shutdown waits for the broker (offset commits, producer flush); with the broker gone
+it would wait forever. Past this deadline the process exits anyway: the resolver is
+at-least-once, so what it had not committed is processed again by the next owner."""
+
+
+def _exit_after(deadline_s: float) -> None:
+    import logging
+    import os
+    import threading
+
+    def watchdog() -> None:
+        logging.getLogger("duetime.resolver").error(
+            "shutdown did not finish within %.0f s: exiting", deadline_s
+        )
+        os._exit(1)
+
+    timer = threading.Timer(deadline_s, watchdog)
+    timer.daemon = True
+    timer.start()
+
 
 def add_resolver_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -36,6 +57,14 @@ def run_resolver(args: argparse.Namespace) -> int:
 
         def _setup_logging(self) -> None:
             setup_logging(common.log_format, common.log_level, role="resolver")
+
+        def _on_sigterm(self) -> None:
+            _exit_after(SHUTDOWN_DEADLINE_S)
+            super()._on_sigterm()
+
+        def _on_sigint(self) -> None:
+            _exit_after(SHUTDOWN_DEADLINE_S)
+            super()._on_sigint()
 
     setup_logging(common.log_format, common.log_level, role="resolver")
     serve_metrics(args.metrics_port if args.metrics_port is not None else common.metrics_port)
