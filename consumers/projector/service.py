@@ -270,11 +270,16 @@ class Projector:
         if time.monotonic() - self._checked_at < 0.2:
             return self.idle.is_set()
         self._checked_at = time.monotonic()
-        if self.caught_up():
+        try:
+            done = self.caught_up()
+        except Exception as exc:  # e.g. a leader moving: only this check fails, not the loop
+            log.debug("caught-up check failed: %s", exc)
+            done = False
+        if done:
             self.idle.set()
         else:
             self.idle.clear()
-        return self.idle.is_set()
+        return done
 
     def caught_up(self) -> bool:
         """Every partition of every topic is assigned here and read to its end (the last
