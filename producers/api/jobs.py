@@ -123,9 +123,18 @@ _REFUSED: dict[str, frozenset[str]] = {
 async def _command(job_id: str, kind: str, res: Resources) -> dict[str, Any]:
     job_id = parse_id(job_id, "job")
     async with res.pool.connection() as conn:
-        status = await store.job_status(conn, job_id)
-    if status is None:
+        known = await store.job_status_and_owner(conn, job_id)
+    if known is None:
         raise NotFound(f"no job {job_id}", details={"job_id": job_id})
+    status, scheduled = known
+    if not scheduled:
+        # The scheduler drops a command about a job it has not read yet (jobs and control are
+        # separate topics): refuse rather than accept a command that may vanish.
+        raise Conflict(
+            f"job {job_id} was created a moment ago and its scheduler has not taken it yet; "
+            "retry in a moment",
+            details={"job_id": job_id, "status": status, "command": kind, "retry_after_s": 1},
+        )
     if status in _REFUSED[kind]:
         raise IllegalTransition(
             f"cannot {kind} job {job_id}: its status is {status!r}",

@@ -146,6 +146,15 @@ async def job_status(conn: AsyncConnection[Any], job_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+async def job_status_and_owner(conn: AsyncConnection[Any], job_id: str) -> tuple[str, bool] | None:
+    """(status, whether a scheduler state of the job has been projected)."""
+    cur = await conn.execute(
+        "SELECT status, state_offset >= 0 FROM jobs WHERE job_id = %s", (job_id,)
+    )
+    row = await cur.fetchone()
+    return None if row is None else (str(row[0]), bool(row[1]))
+
+
 async def list_jobs(
     conn: AsyncConnection[Any],
     *,
