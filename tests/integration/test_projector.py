@@ -214,3 +214,37 @@ def test_partitions_are_made_ahead_and_dropped_after_retention(settings: CommonS
     assert json.dumps(store.housekeeping(now)) == json.dumps(
         {"created": 0, "dropped": 0, "deleted_executions": 0, "deleted_dead_letters": 0}
     )
+
+
+def test_two_projectors_share_and_hand_over_partitions_without_a_difference(
+    settings: CommonSettings,
+) -> None:
+    """Partitions move between projectors while events flow; the tables equal a rebuild."""
+    with JobClient(settings=settings) as client:
+        first = RunningProjector(settings)
+        for i in range(150):
+            client.create_job(
+                name=f"a-{i}", schedule={"cron": "0 3 * * *"}, target=HTTP, wait=False
+            )
+        client.flush()
+        second = RunningProjector(settings)  # joins: the group rebalances
+        for i in range(150):
+            client.create_job(
+                name=f"b-{i}", schedule={"cron": "0 3 * * *"}, target=HTTP, wait=False
+            )
+        client.flush()
+        wait_for(lambda: second.projector.assigned, 30, "the second projector's share")
+        first.stop()  # leaves: its partitions move to the second
+        for i in range(150):
+            client.create_job(
+                name=f"c-{i}", schedule={"cron": "0 3 * * *"}, target=HTTP, wait=False
+            )
+        client.flush()
+        second.caught_up()
+        second.stop()
+    with psycopg.connect(settings.database_url) as conn:
+        live = checksums(conn)
+    assert live["jobs"][0] == 450
+    project_all(settings, rebuild=True)
+    with psycopg.connect(settings.database_url) as conn:
+        assert checksums(conn) == live
