@@ -116,6 +116,7 @@ class Projector:
     def _cycle(self) -> int:
         msgs = self._consume()
         if not msgs:
+            metrics.LAG_SECONDS.set(0.0)
             return 0
         batch = self._reduce(msgs)
         started = time.monotonic()
@@ -134,7 +135,8 @@ class Projector:
         metrics.ROWS.inc(batch.rows_written())
         lags = [max(0.0, done - m.timestamp()[1] / 1000) for m in msgs if m.error() is None]
         for lag in lags[:: max(1, len(lags) // 100)]:  # a sample: ≤ ~100 per batch
-            metrics.LAG_SECONDS.observe(lag)
+            metrics.EVENT_LAG_SECONDS.observe(lag)
+        metrics.LAG_SECONDS.set(max(lags, default=0.0))
         self._commit_to_kafka(batch)
         if self.on_batch is not None:
             self.on_batch(batch, lags)
@@ -313,12 +315,19 @@ class Projector:
     # --- beside the loop ------------------------------------------------------------------
 
     def _housekeeping(self) -> None:
+        next_retention = 0.0
         while not self._stop.is_set():
+            if time.monotonic() >= next_retention:
+                next_retention = time.monotonic() + self.settings.housekeeping_interval_s
+                try:
+                    done = self.store.housekeeping()
+                    metrics.PARTITIONS_DROPPED.inc(done["dropped"])
+                    if any(done.values()):
+                        log.info("housekeeping: %s", done)
+                except Exception:
+                    log.exception("housekeeping failed; trying again later")
             try:
-                done = self.store.housekeeping()
-                metrics.PARTITIONS_DROPPED.inc(done["dropped"])
-                if any(done.values()):
-                    log.info("housekeeping: %s", done)
-            except Exception:
-                log.exception("housekeeping failed; trying again later")
-            self._stop.wait(self.settings.housekeeping_interval_s)
+                metrics.DLQ_DEPTH.set(self.store.dlq_depth())
+            except Exception as exc:
+                log.warning("reading the DLQ depth failed: %s", exc)
+            self._stop.wait(15.0)

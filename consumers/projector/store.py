@@ -495,6 +495,14 @@ class ProjectionStore:
             ).rowcount
         return out
 
+    def dlq_depth(self) -> int:
+        """Dead letters not replayed yet (its own short connection: beside the loop)."""
+        with psycopg.connect(self.database_url, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM dead_letters WHERE replayed_at IS NULL"
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
     # --- rebuild and checksums ----------------------------------------------------------
 
     def truncate(self) -> None:
