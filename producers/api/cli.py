@@ -21,6 +21,7 @@ def run_api(args: argparse.Namespace) -> int:
 
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
+    from duetime.core.metrics_server import serve_metrics
 
     from .app import create_app
     from .server import HTTP_PROTOCOL, LOOP
@@ -34,6 +35,9 @@ def run_api(args: argparse.Namespace) -> int:
         workers=args.workers or settings.workers,
     )
     setup_logging(settings.common.log_format, settings.common.log_level, role="api")
+    if settings.workers == 1:
+        # the same registry as GET /metrics, on the port every role uses for Prometheus
+        serve_metrics(settings.common.metrics_port)
     if settings.workers > 1:
         # workers re-read the environment: pass the flags on through it
         os.environ["DUETIME_API_HOST"] = settings.host
