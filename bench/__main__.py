@@ -9,6 +9,7 @@ SUITES = {
     "scheduler": "bench.scheduler",
     "dag": "bench.dag_bench",
     "worker": "bench.worker_throughput",
+    "api": "bench.api_projector",
 }
 
 

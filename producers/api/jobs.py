@@ -126,15 +126,9 @@ async def _command(job_id: str, kind: str, res: Resources) -> dict[str, Any]:
         known = await store.job_status_and_owner(conn, job_id)
     if known is None:
         raise NotFound(f"no job {job_id}", details={"job_id": job_id})
-    status, scheduled = known
-    if not scheduled:
-        # The scheduler drops a command about a job it has not read yet (jobs and control are
-        # separate topics): refuse rather than accept a command that may vanish.
-        raise Conflict(
-            f"job {job_id} was created a moment ago and its scheduler has not taken it yet; "
-            "retry in a moment",
-            details={"job_id": job_id, "status": status, "command": kind, "retry_after_s": 1},
-        )
+    # a job its scheduler has not read yet is fine: the scheduler holds a command that
+    # overtakes its job's definition and applies it when the definition arrives
+    status, _ = known
     if status in _REFUSED[kind]:
         raise IllegalTransition(
             f"cannot {kind} job {job_id}: its status is {status!r}",
