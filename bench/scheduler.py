@@ -9,9 +9,10 @@ instant, RSS per pending job with 1 M pending jobs and the time to restore them 
 How it runs: a local Kafka (1 GiB heap) and PostgreSQL in ``.duetime/bench``; ONE scheduler
 process (``duetime scheduler``, state on disk in SQLite); this process creates the one-time
 jobs with the SDK, waits until the scheduler has ingested every definition, and reads the
-execution topics with a read_committed consumer. Lateness is measured twice: *emit* lateness
-(``emitted_at - due``, stamped by the scheduler when it builds the transaction) and *visible*
-lateness (when the read_committed reader received it − due), which includes the commit and
+execution topics with a read_committed consumer. Lateness is measured twice, both against
+the occurrence (``scheduled_at``): *emit* lateness (``emitted_at``, stamped by the scheduler
+when it builds the transaction) and *visible* lateness (when the read_committed reader
+received it), which includes the commit and
 the fetch. All on the same 2 cores: broker, scheduler, load generator and reader.
 """
 
@@ -173,8 +174,10 @@ def summarize(
     seen = list(reader.seen)
     counts = Counter(job for job, *_ in seen)
     wanted = set(ids)
-    emit = [emitted - due for _, _, due, emitted, _ in seen]
-    visible = [recv - due for _, _, due, _, recv in seen]
+    # against the occurrence, not the attempt's due time: a fire the scheduler treated as a
+    # misfire carries due = emit time, which would hide its lateness
+    emit = [emitted - scheduled for _, scheduled, _, emitted, _ in seen]
+    visible = [recv - scheduled for _, scheduled, _, _, recv in seen]
     first_recv = min((recv for *_, recv in seen), default=t0_ms)
     last_recv = max((recv for *_, recv in seen), default=t0_ms)
     duration_s = max(0.001, (last_recv - t0_ms) / 1000)

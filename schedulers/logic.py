@@ -384,7 +384,9 @@ def _dead_letter(state: Record, entry: Record, now_ms: int) -> Record:
 # --- the timer ---------------------------------------------------------------------------
 
 
-def fire_due(state: Record, now_ms: int, policy: Policy) -> Outputs:
+def fire_due(
+    state: Record, now_ms: int, policy: Policy, owned_since_ms: int | None = None
+) -> Outputs:
     """Everything of this job that is due at ``now_ms``: retries, then the next occurrence."""
     out = Outputs()
     for entry in state["inflight"]:
@@ -401,20 +403,33 @@ def fire_due(state: Record, now_ms: int, policy: Policy) -> Outputs:
         and next_ms <= now_ms
         and state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value)
     ):
-        _fire_schedule(state, next_ms, now_ms, policy, out)
+        _fire_schedule(state, next_ms, now_ms, policy, out, owned_since_ms)
         out.state_changed = True
     if out.state_changed:
         state["updated_at_ms"] = now_ms
     return out
 
 
-def _fire_schedule(state: Record, due_ms: int, now_ms: int, policy: Policy, out: Outputs) -> None:
+def _fire_schedule(
+    state: Record,
+    due_ms: int,
+    now_ms: int,
+    policy: Policy,
+    out: Outputs,
+    owned_since_ms: int | None = None,
+) -> None:
     definition = state["definition"]
     schedule = schedule_of(definition)
     if schedule is None:
         state["next_run_at_ms"] = None
         return
-    if now_ms - due_ms > policy.misfire_threshold_ms:
+    # Missed = fell due while no scheduler owned the partition (``owned_since_ms``: when this
+    # owner took it). An occurrence that is late because this owner is busy (a burst) is not
+    # a misfire: it fires, late, whatever the job's misfire policy says.
+    missed = now_ms - due_ms > policy.misfire_threshold_ms and (
+        owned_since_ms is None or due_ms < owned_since_ms
+    )
+    if missed:
         missed_after_ms = due_ms - 1
         if isinstance(schedule, OneTime):
             # a one-time job is due at max(at, created_at): an `at` in the past lies before

@@ -105,6 +105,8 @@ class PartitionOwner:
         self.pending = Pending()
         self.producer = producer
         """Transactional, ``init_transactions`` done: the previous owner is fenced."""
+        self.owned_since_ms = int(time.time() * 1000)
+        """Occurrences due before this fell due while nobody owned the partition: misfires."""
 
     # --- restore --------------------------------------------------------------------------
 
@@ -231,7 +233,7 @@ class PartitionOwner:
             wake = logic.wake_at_ms(state)
             if wake is None or wake > now_ms:
                 continue
-            out = logic.fire_due(state, now_ms, self.policy)
+            out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
             self._collect(job_id, state, out)
         return len(due)
 

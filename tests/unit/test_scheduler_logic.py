@@ -96,3 +96,26 @@ def test_a_stale_fencing_token_is_ignored() -> None:
     assert not out.state_changed and state["status"] == "running"
     state, _ = on_result(state, result(request, "success", token=7), NOW + 3, random.Random())
     assert state["status"] == "success" and state["inflight"] == []
+
+
+def test_late_because_busy_is_not_a_misfire() -> None:
+    """A cron occurrence handled late by an owner that held the partition all along fires;
+    one that fell due before the owner took over follows the misfire policy (skip here)."""
+    definition = build_job(
+        {
+            "name": "c",
+            "schedule": {"cron": "* * * * * *"},
+            "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+            "misfire": "skip",
+            "overlap": "allow",
+        },
+        now_ms=NOW,
+    )
+    policy = logic.Policy(misfire_threshold_ms=5_000)
+    state, _ = logic.on_definition(None, definition, NOW)
+    due = state["next_run_at_ms"]
+    busy = logic.fire_due(state, due + 8_000, policy, owned_since_ms=due - 60_000)
+    assert [e["scheduled_at_ms"] for e in busy.executions] == [due]
+    state, _ = logic.on_definition(None, definition, NOW)
+    down = logic.fire_due(state, due + 8_000, policy, owned_since_ms=due + 7_000)
+    assert down.executions == []
