@@ -1,0 +1,149 @@
+"""Side by side: duetime against Celery and River on the same workloads, same box.
+
+    ./run bench compare
+
+Reads the latest results in ``bench/results`` (run the scenarios first: ``worker rate``,
+``worker e2e`` and ``python -m bench.peers.run`` for ``burst`` and ``sustained``), adds a
+``"peers"`` section with the ratios duetime / peer to duetime's JSON, writes
+``bench/results/comparison.json`` and a bar chart, and prints the README table.
+
+The pairs:
+
+- *sustained 350 jobs/s*: start lateness (start − scheduled time) and throughput; duetime's
+  ``worker-rate-350`` (scheduler + workers, end to end) against ``peers-sustained``.
+- *burst*: N no-op jobs due now, throughput until all ran; duetime's ``worker-e2e`` (create →
+  success, best worker count) against ``peers-burst`` (N due at one instant, last start).
+  Peers report lateness for the burst too; duetime's e2e scenario does not measure it, so that
+  ratio is left out rather than guessed.
+
+A throughput ratio above 1 and a lateness ratio below 1 mean duetime is ahead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from bench.common import RESULTS, plot_series, progress, write_result
+
+PAIRS = {
+    "sustained-350": ("worker-rate-350", "peers-sustained"),
+    "burst": ("worker-e2e", "peers-burst"),
+}
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    if ours is None or theirs is None or theirs == 0:
+        return None
+    return round(ours / theirs, 3)
+
+
+def compare() -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for scenario, (ours_name, peers_name) in PAIRS.items():
+        ours, peers = _load(ours_name), _load(peers_name)
+        if ours is None or peers is None:
+            progress(f"{scenario}: missing {ours_name if ours is None else peers_name}.json")
+            continue
+        row: dict[str, Any] = {
+            "duetime": {
+                "result": ours_name,
+                "throughput_jobs_per_s": ours.get("throughput_jobs_per_s"),
+                "lateness_p99_ms": (ours.get("lateness_ms") or {}).get("p99"),
+                "jobs": ours.get("jobs"),
+            }
+        }
+        section: dict[str, Any] = {}
+        for peer, result in peers.items():
+            if not isinstance(result, dict) or "throughput_jobs_per_s" not in result:
+                continue
+            theirs_p99 = (result.get("lateness_ms") or {}).get("p99")
+            section[peer] = {
+                "result": peers_name,
+                "throughput_jobs_per_s": result["throughput_jobs_per_s"],
+                "lateness_p99_ms": theirs_p99,
+                "jobs": result.get("jobs"),
+                "throughput_ratio": _ratio(
+                    ours.get("throughput_jobs_per_s"), result["throughput_jobs_per_s"]
+                ),
+                "lateness_ratio": _ratio(row["duetime"]["lateness_p99_ms"], theirs_p99),
+            }
+        row["peers"] = section
+        table[scenario] = row
+        ours["peers"] = section
+        (RESULTS / f"{ours_name}.json").write_text(
+            json.dumps(ours, indent=2, sort_keys=True) + "\n"
+        )
+    return table
+
+
+def readme_table(table: dict[str, Any]) -> str:
+    lines = [
+        "| scenario | duetime | Celery | River | duetime/Celery throughput, p99 | "
+        "duetime/River throughput, p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def cell(d: dict[str, Any]) -> str:
+        p99 = d.get("lateness_p99_ms")
+        shown = "n/m" if p99 is None else f"{p99:.0f} ms"
+        return f"{d['throughput_jobs_per_s']:,.0f} jobs/s, p99 {shown}"
+
+    def ratios(d: dict[str, Any] | None) -> str:
+        if d is None:
+            return "–"
+        lat = d["lateness_ratio"]
+        return f"{d['throughput_ratio']:.2f}, {'n/m' if lat is None else f'{lat:.2f}'}"
+
+    for scenario, row in table.items():
+        peers = row["peers"]
+        lines.append(
+            f"| {scenario} | {cell(row['duetime'])} | "
+            f"{cell(peers['celery']) if 'celery' in peers else '–'} | "
+            f"{cell(peers['river']) if 'river' in peers else '–'} | "
+            f"{ratios(peers.get('celery'))} | {ratios(peers.get('river'))} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    table = compare()
+    if not table:
+        print("nothing to compare: run the scenarios first (see bench/compare.py)", file=sys.stderr)
+        return 1
+    write_result("comparison", {"scenario": "comparison", "pairs": table})
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for i, (_scenario, row) in enumerate(table.items()):
+        for j, name in enumerate(["duetime", "celery", "river"]):
+            d = row["duetime"] if name == "duetime" else row["peers"].get(name)
+            if d is None:
+                continue
+            xs, ys = series.setdefault(name, ([], []))
+            xs.append(i * 4 + j)
+            ys.append(float(d["throughput_jobs_per_s"]))
+    plot_series(
+        "comparison",
+        "throughput, same box: " + " | ".join(table),
+        {k: (v[0], v[1]) for k, v in series.items()},
+        "scenario",
+        "jobs/s",
+        logy=True,
+    )
+    print(readme_table(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["compare", "main", "readme_table"]
