@@ -25,16 +25,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from duetime.core.jobspec import schedule_to_api, target_to_api
-from duetime.core.schedule import first_fire, parse_schedule
+from duetime.core.projection import dt, job_row
 
 Record = dict[str, Any]
 
 # execution status of the latest attempt, from the furthest phase it reached
 _DEAD = "dead"
-
-
-def dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def iso(ms: int | None) -> str | None:
@@ -44,42 +40,6 @@ def iso(ms: int | None) -> str | None:
 
 
 # --- jobs ----------------------------------------------------------------------------------
-
-
-def job_row(definition: Mapping[str, Any], *, with_next_run: bool = True) -> Record:
-    """The definition columns of a job row, and the status it has before any scheduler state
-    (``with_next_run=False``: the caller has the scheduler's own next run)."""
-    blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
-    schedule = schedule_to_api(definition.get("schedule"))
-    next_run = None
-    if with_next_run and schedule is not None and not blocked:
-        created = dt(definition["created_at_ms"])
-        assert created is not None
-        first = first_fire(parse_schedule(schedule), created)
-        next_run = first
-    return {
-        "job_id": definition["job_id"],
-        "name": definition["name"],
-        "status": "blocked" if blocked else "pending",
-        "priority": definition["priority"],
-        "schedule": None if schedule is None else json.dumps(schedule),
-        "target": json.dumps(target_to_api(definition["target"])),
-        "payload": definition["payload_json"],
-        "retry": json.dumps(definition["retry"]),
-        "timeout_s": definition["timeout_s"],
-        "misfire": definition["misfire"],
-        "overlap": definition["overlap"],
-        "dag_id": definition.get("dag_id"),
-        "dag_key": definition.get("dag_key"),
-        "depends_on": list(definition.get("depends_on") or []),
-        "labels": json.dumps(dict(definition.get("labels") or {}), sort_keys=True),
-        "revision": definition["revision"],
-        "created_at": dt(definition["created_at_ms"]),
-        "updated_at": dt(definition["updated_at_ms"]),
-        "next_run_at": next_run,
-        "status_at": dt(definition["created_at_ms"]),
-        "state_offset": -1,
-    }
 
 
 def job_row_from_state(state: Mapping[str, Any], offset: int) -> Record:

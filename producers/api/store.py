@@ -20,8 +20,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from duetime.core.jobspec import schedule_to_api, target_to_api
-from duetime.core.schedule import first_fire, parse_schedule
+from duetime.core.jobspec import schedule_to_api
+from duetime.core.projection import job_row
 
 Row = dict[str, Any]
 
@@ -53,39 +53,6 @@ _TERMINAL = frozenset({"success", "dead", "skipped", "cancelled"})
 
 def _dt(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def job_row(definition: Mapping[str, Any]) -> Row:
-    """A new job's row, exactly as the projector makes it from the same definition
-    (tests/unit/test_api_rows.py holds the two to that)."""
-    blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
-    schedule = schedule_to_api(definition.get("schedule"))
-    next_run = None
-    if schedule is not None and not blocked:
-        next_run = first_fire(parse_schedule(schedule), _dt(definition["created_at_ms"]))
-    return {
-        "job_id": definition["job_id"],
-        "name": definition["name"],
-        "status": "blocked" if blocked else "pending",
-        "priority": definition["priority"],
-        "schedule": None if schedule is None else json.dumps(schedule),
-        "target": json.dumps(target_to_api(definition["target"])),
-        "payload": definition["payload_json"],
-        "retry": json.dumps(definition["retry"]),
-        "timeout_s": definition["timeout_s"],
-        "misfire": definition["misfire"],
-        "overlap": definition["overlap"],
-        "dag_id": definition.get("dag_id"),
-        "dag_key": definition.get("dag_key"),
-        "depends_on": list(definition.get("depends_on") or []),
-        "labels": json.dumps(dict(definition.get("labels") or {}), sort_keys=True),
-        "revision": definition["revision"],
-        "created_at": _dt(definition["created_at_ms"]),
-        "updated_at": _dt(definition["updated_at_ms"]),
-        "next_run_at": next_run,
-        "status_at": _dt(definition["created_at_ms"]),
-        "state_offset": -1,
-    }
 
 
 async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> Row | None:
