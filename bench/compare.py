@@ -25,7 +25,7 @@ import json
 import sys
 from typing import Any
 
-from bench.common import RESULTS, plot_series, progress, write_result
+from bench.common import RESULTS, progress, write_result
 
 PAIRS = {
     "sustained-350": ("worker-rate-350", "peers-sustained"),
@@ -115,29 +115,47 @@ def readme_table(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _bar_chart(table: dict[str, Any]) -> None:
+    """Throughput and p99 lateness per scenario, one bar per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = ["duetime", "celery", "river"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, key, label in (
+        (axes[0], "throughput_jobs_per_s", "throughput (jobs/s)"),
+        (axes[1], "lateness_p99_ms", "p99 start lateness (ms)"),
+    ):
+        for j, system in enumerate(systems):
+            xs, ys = [], []
+            for i, row in enumerate(table.values()):
+                d = row["duetime"] if system == "duetime" else row["peers"].get(system)
+                if d is not None and d.get(key) is not None:
+                    xs.append(i + (j - 1) * 0.27)
+                    ys.append(float(d[key]))
+            ax.bar(xs, ys, width=0.27, label=system)
+        ax.set_xticks(range(len(table)), list(table))
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend()
+    fig.suptitle("duetime, Celery and River on the same 2-core box")
+    fig.tight_layout()
+    path = RESULTS / "comparison.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    progress(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     table = compare()
     if not table:
         print("nothing to compare: run the scenarios first (see bench/compare.py)", file=sys.stderr)
         return 1
     write_result("comparison", {"scenario": "comparison", "pairs": table})
-    series: dict[str, tuple[list[float], list[float]]] = {}
-    for i, (_scenario, row) in enumerate(table.items()):
-        for j, name in enumerate(["duetime", "celery", "river"]):
-            d = row["duetime"] if name == "duetime" else row["peers"].get(name)
-            if d is None:
-                continue
-            xs, ys = series.setdefault(name, ([], []))
-            xs.append(i * 4 + j)
-            ys.append(float(d["throughput_jobs_per_s"]))
-    plot_series(
-        "comparison",
-        "throughput, same box: " + " | ".join(table),
-        {k: (v[0], v[1]) for k, v in series.items()},
-        "scenario",
-        "jobs/s",
-        logy=True,
-    )
+    _bar_chart(table)
     print(readme_table(table))
     return 0
 
