@@ -131,10 +131,29 @@ def database_url(services: Services, template_database: str) -> Iterator[str]:
     try:
         yield services.database_url(name)
     finally:
-        with psycopg.connect(services.admin_database_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        _drop_database(services, name)
+
+
+def _drop_database(services: Services, name: str, timeout_s: float = 15.0) -> None:
+    """Drop a test's database. FORCE ends the test's own sessions; a session PostgreSQL will
+    not let us end (e.g. of another role) is waited out, and at worst the database stays:
+    that only costs disk in the test cluster, so it is not a test failure."""
+    import time
+    import warnings
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with psycopg.connect(services.admin_database_url, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+            return
+        except psycopg.Error as exc:
+            if time.monotonic() > deadline:
+                warnings.warn(f"test database {name} left behind: {exc}", stacklevel=2)
+                return
+            time.sleep(0.5)
 
 
 @pytest.fixture

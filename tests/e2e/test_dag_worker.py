@@ -90,6 +90,15 @@ def test_a_diamond_with_real_workers_retries_inside_the_run_and_skips_after_a_de
         )
         assert b_attempts == [1, 2]
         assert [r for r in seen if r["dag_run_id"] == dead_run and r["dag_key"] == "d"] == []
+        # the request reader may trail the run's completion event by a moment
+        wait_for(
+            lambda: any(
+                r["dag_run_id"] == ok_run and r["dag_key"] == "d" for r in requests.snapshot()
+            ),
+            15,
+            "d's execution request in the successful run",
+        )
+        seen = requests.snapshot()
         assert sum(r["dag_run_id"] == ok_run and r["dag_key"] == "d" for r in seen) == 1
     finally:
         dag_runs.close()
