@@ -205,6 +205,13 @@ def _api_url(env: Any) -> str:
     return f"http://{host}:{api.port}"
 
 
+def _demo_id(name: str) -> str:
+    """Fixed ids: running the demo again updates its jobs instead of adding more."""
+    import uuid
+
+    return str(uuid.uuid5(uuid.UUID("0b6c1f0e-3a5e-4d8e-9f57-6b1e2d3c4a59"), name))
+
+
 def _demo(common: Any, stop: threading.Event) -> None:
     """Load the demo jobs, then print every execution request as it is emitted."""
     from duetime.producers.sdk import JobClient
@@ -217,6 +224,7 @@ def _demo(common: Any, stop: threading.Event) -> None:
     with JobClient(settings=common) as client:
         jobs = [
             client.create_job(
+                job_id=_demo_id("demo-every-5s"),
                 name="demo-every-5s",
                 schedule={"cron": "*/5 * * * * *"},
                 target={"type": "http", "url": "http://127.0.0.1:8080/healthz", "method": "GET"},
@@ -224,6 +232,7 @@ def _demo(common: Any, stop: threading.Event) -> None:
             ),
             *[
                 client.create_job(
+                    job_id=_demo_id(f"demo-once-{i}"),
                     name=f"demo-once-{i}",
                     schedule={"at": (soon + timedelta(seconds=i)).isoformat()},
                     target={"type": "python", "ref": "duetime.demo:hello"},
@@ -234,6 +243,7 @@ def _demo(common: Any, stop: threading.Event) -> None:
             ],
             # fails every attempt: two quick retries, then the dead-letter queue
             client.create_job(
+                job_id=_demo_id("demo-dead-letter"),
                 name="demo-dead-letter",
                 schedule={"at": (soon + timedelta(seconds=2)).isoformat()},
                 target={"type": "python", "ref": "duetime.demo:always_fails"},
@@ -266,7 +276,12 @@ def _demo(common: Any, stop: threading.Event) -> None:
     print(f"demo: created {len(jobs)} jobs: {', '.join(names.values())}", flush=True)
     print(f"demo: DAG demo-pipeline ({dag.dag_id}) runs every 30 s", flush=True)
     topics = Topics(common.topic_prefix)
-    consumer = kafka.consumer(common, f"{common.topic_prefix}dev-follower")
+    # a display only: start at the end and let the client commit, so a rerun shows new fires
+    consumer = kafka.consumer(
+        common,
+        f"{common.topic_prefix}dev-follower",
+        **{"auto.offset.reset": "latest", "enable.auto.commit": True},
+    )
     consumer.subscribe(topics.executions)
     codec = Codec()
     try:
