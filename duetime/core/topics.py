@@ -6,6 +6,7 @@ owns partition p of all (DESIGN.md). Names carry a configurable prefix (default 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .models import PRIORITY_ORDER, Priority
@@ -88,7 +89,13 @@ class Topics:
         return specs
 
     def event_type_of(self, topic: str) -> str | None:
-        for spec in self.specs(1):
-            if spec.name == topic:
-                return spec.event_type
-        raise KeyError(f"{topic} is not a duetime topic under prefix {self.prefix!r}")
+        """The Avro event type of ``topic``'s values (looked up per record: kept cheap)."""
+        try:
+            return _event_types(self.prefix)[topic]
+        except KeyError:
+            raise KeyError(f"{topic} is not a duetime topic under prefix {self.prefix!r}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _event_types(prefix: str) -> dict[str, str | None]:
+    return {spec.name: spec.event_type for spec in Topics(prefix).specs(1)}
