@@ -4,6 +4,7 @@ instant, RSS per pending job with 1 M pending jobs and the time to restore them 
     ./run bench scheduler rate --rate 350 --duration-s 60
     ./run bench scheduler rate --rate 5000 --duration-s 60
     ./run bench scheduler burst --jobs 100000
+    ./run bench scheduler ramp --rates 1000 2000 3000 4000 --duration-s 20
     ./run bench scheduler memory --jobs 1000000
 
 How it runs: a local Kafka (1 GiB heap) and PostgreSQL in ``.duetime/bench``; ONE scheduler
@@ -357,6 +358,58 @@ def scenario_memory(jobs: int, partitions: int) -> dict[str, Any]:
                 proc.wait(30)
 
 
+def scenario_ramp(rates: list[float], duration_s: float, partitions: int) -> dict[str, Any]:
+    """The rate scenario at rising rates: the highest one whose visible p99 stays under 1 s."""
+    steps = []
+    for rate in rates:
+        progress(f"ramp: {rate:g} jobs/s for {duration_s:g} s")
+        r = scenario_rate(rate, duration_s, partitions)
+        steps.append(
+            {
+                "rate_jobs_per_s": rate,
+                "throughput_jobs_per_s": r["throughput_jobs_per_s"],
+                "lateness_ms": r["lateness_ms"],
+                "visible_lateness_ms": r["visible_lateness_ms"],
+                "lost": r["lost"],
+                "duplicates": r["duplicates"],
+            }
+        )
+    held = [s for s in steps if s["lost"] == 0 and (s["visible_lateness_ms"]["p99"] or 0) < 1000]
+    best = max(held, key=lambda s: s["rate_jobs_per_s"]) if held else None
+    result = {
+        "scenario": "scheduler-ramp",
+        "jobs": int(sum(rates) * duration_s),
+        "duration_s": duration_s * len(rates),
+        "throughput_jobs_per_s": None if best is None else best["throughput_jobs_per_s"],
+        "lateness_ms": None if best is None else best["lateness_ms"],
+        "lost": sum(s["lost"] for s in steps),
+        "duplicates": sum(s["duplicates"] for s in steps),
+        "highest_rate_with_p99_under_1s": None if best is None else best["rate_jobs_per_s"],
+        "steps": steps,
+        "config": {
+            "partitions": partitions,
+            "schedulers": 1,
+            "command": "./run bench scheduler ramp --rates "
+            + " ".join(f"{r:g}" for r in rates)
+            + f" --duration-s {duration_s:g}",
+        },
+    }
+    plot_series(
+        "scheduler-ramp",
+        "scheduler lateness p50 / p99 by offered rate",
+        {
+            "emit p99": (rates, [s["lateness_ms"]["p99"] for s in steps]),
+            "visible p50": (rates, [s["visible_lateness_ms"]["p50"] for s in steps]),
+            "visible p99": (rates, [s["visible_lateness_ms"]["p99"] for s in steps]),
+        },
+        "offered rate (jobs/s)",
+        "lateness (ms)",
+        logy=True,
+    )
+    write_result("scheduler-ramp", result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench scheduler", description=__doc__)
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -365,15 +418,20 @@ def main(argv: list[str] | None = None) -> int:
     rate.add_argument("--duration-s", type=float, default=60)
     burst = sub.add_parser("burst")
     burst.add_argument("--jobs", type=int, default=100_000)
+    ramp = sub.add_parser("ramp")
+    ramp.add_argument("--rates", type=float, nargs="+", default=[1000, 2000, 3000, 4000])
+    ramp.add_argument("--duration-s", type=float, default=20)
     memory = sub.add_parser("memory")
     memory.add_argument("--jobs", type=int, default=1_000_000)
-    for p in (rate, burst, memory):
+    for p in (rate, burst, ramp, memory):
         p.add_argument("--partitions", type=int, default=6)
     args = parser.parse_args(argv)
     if args.scenario == "rate":
         result = scenario_rate(args.rate, args.duration_s, args.partitions)
     elif args.scenario == "burst":
         result = scenario_burst(args.jobs, args.partitions)
+    elif args.scenario == "ramp":
+        result = scenario_ramp(args.rates, args.duration_s, args.partitions)
     else:
         result = scenario_memory(args.jobs, args.partitions)
     print({k: v for k, v in result.items() if k not in ("machine", "versions")})
