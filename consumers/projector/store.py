@@ -20,6 +20,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from duetime.core.projection import JOB_COLUMNS, JOB_DEFINITION_COLUMNS, JOB_STATUS_COLUMNS
+
 from . import rows
 
 log = logging.getLogger("duetime.projector")
@@ -27,26 +29,6 @@ log = logging.getLogger("duetime.projector")
 PROJECTION_TABLES = ("jobs", "executions", "dead_letters", "dlq_replays", "dags", "dag_runs")
 """What ``--rebuild`` empties (with this projector's offsets) and the checksum covers."""
 
-_JOB_DEF_COLS = (
-    "name",
-    "priority",
-    "schedule",
-    "target",
-    "payload",
-    "retry",
-    "timeout_s",
-    "misfire",
-    "overlap",
-    "dag_id",
-    "dag_key",
-    "depends_on",
-    "labels",
-    "revision",
-    "created_at",
-    "updated_at",
-)
-_JOB_STATUS_COLS = ("status", "next_run_at", "status_at", "state_offset")
-JOB_COLS = ("job_id", *_JOB_DEF_COLS, *_JOB_STATUS_COLS)
 EXECUTION_COLS = (
     "execution_id",
     "scheduled_at",
@@ -98,13 +80,13 @@ def _cols(cols: Sequence[str]) -> str:
 def _job_upsert() -> str:
     sets = [
         f"{c} = CASE WHEN EXCLUDED.revision >= j.revision THEN EXCLUDED.{c} ELSE j.{c} END"
-        for c in _JOB_DEF_COLS
+        for c in JOB_DEFINITION_COLUMNS
     ] + [
         f"{c} = CASE WHEN EXCLUDED.state_offset > j.state_offset THEN EXCLUDED.{c} ELSE j.{c} END"
-        for c in _JOB_STATUS_COLS
+        for c in JOB_STATUS_COLUMNS
     ]
     return (
-        f"INSERT INTO jobs AS j ({_cols(JOB_COLS)}) SELECT {_cols(JOB_COLS)} FROM stage_jobs "
+        f"INSERT INTO jobs AS j ({_cols(JOB_COLUMNS)}) SELECT {_cols(JOB_COLUMNS)} FROM stage_jobs "
         f"ON CONFLICT (job_id) DO UPDATE SET {', '.join(sets)} "
         "WHERE EXCLUDED.revision >= j.revision OR EXCLUDED.state_offset > j.state_offset"
     )
@@ -305,7 +287,7 @@ class ProjectionStore:
                 self._write_executions(conn, batch)
             job_rows = batch.job_rows()
             if job_rows:
-                self._copy(conn, "stage_jobs", JOB_COLS, job_rows)
+                self._copy(conn, "stage_jobs", JOB_COLUMNS, job_rows)
                 conn.execute(_JOB_UPSERT)
             touched = {job_id for _, job_id, _ in batch.executions.values()}
             touched |= batch.definitions.keys() | batch.states.keys()

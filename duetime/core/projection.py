@@ -16,6 +16,30 @@ from .schedule import first_fire, parse_schedule
 
 Record = dict[str, Any]
 
+JOB_DEFINITION_COLUMNS = (
+    "name",
+    "priority",
+    "schedule",
+    "target",
+    "payload",
+    "retry",
+    "timeout_s",
+    "misfire",
+    "overlap",
+    "dag_id",
+    "dag_key",
+    "depends_on",
+    "labels",
+    "revision",
+    "created_at",
+    "updated_at",
+)
+"""Columns of the jobs table that come from the definition (highest revision wins)."""
+JOB_STATUS_COLUMNS = ("status", "next_run_at", "status_at", "state_offset")
+"""Columns that come from the scheduler's state (latest state-topic offset wins)."""
+JOB_COLUMNS = ("job_id", *JOB_DEFINITION_COLUMNS, *JOB_STATUS_COLUMNS)
+"""Every column ``job_row`` fills."""
+
 
 def dt(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -21,33 +21,10 @@ from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from duetime.core.jobspec import schedule_to_api
-from duetime.core.projection import job_row
+from duetime.core.projection import JOB_COLUMNS, job_row
 
 Row = dict[str, Any]
 
-_JOB_COLS = (
-    "job_id",
-    "name",
-    "status",
-    "priority",
-    "schedule",
-    "target",
-    "payload",
-    "retry",
-    "timeout_s",
-    "misfire",
-    "overlap",
-    "dag_id",
-    "dag_key",
-    "depends_on",
-    "labels",
-    "revision",
-    "created_at",
-    "updated_at",
-    "next_run_at",
-    "status_at",
-    "state_offset",
-)
 _TERMINAL = frozenset({"success", "dead", "skipped", "cancelled"})
 
 
@@ -60,9 +37,10 @@ async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, An
     locked until the caller's transaction ends, so two creates of one id are serialised)."""
     row = job_row(definition)
     cur = await conn.execute(
-        f"INSERT INTO jobs ({', '.join(_JOB_COLS)}) VALUES ({', '.join(['%s'] * len(_JOB_COLS))}) "
+        f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+        f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))}) "
         "ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
-        [row[c] for c in _JOB_COLS],
+        [row[c] for c in JOB_COLUMNS],
     )
     return row if await cur.fetchone() is not None else None
 
