@@ -205,11 +205,15 @@ class PartitionOwner:
         self, job_id: str, state: dict[str, Any], now_ms: int
     ) -> tuple[dict[str, Any], logic.Outputs]:
         """A new job's held commands, in the order they were issued; then forget them."""
+        total = logic.Outputs()
+        if not self.store.has_held(job_id) and not any(
+            j == job_id for j, _ in self.pending.held.values()
+        ):
+            return state, total  # the usual case: nothing overtook this job
         held = dict(self.store.held_for(job_id))
         held.update(
             (k, v) for k, (j, v) in self.pending.held.items() if j == job_id and v is not None
         )
-        total = logic.Outputs()
         for key in sorted(held):
             command = self.codec.decode("control", held[key], topic=self.topics.state)
             new, out = logic.on_control(state, command, now_ms, self.policy)

@@ -50,6 +50,8 @@ class StateStore:
         self._near: dict[str, int] = {}
         self._loaded_until_ms = -1
         self._in_txn = False
+        self._held_jobs: set[str] = set()
+        """Jobs with held commands: a new job queries the held table only if it is here."""
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -72,6 +74,7 @@ class StateStore:
         self._near.clear()
         until, self._loaded_until_ms = self._loaded_until_ms, -1
         self._load(-(2**62), until)
+        self._held_jobs = {str(j) for (j,) in self._db.execute("SELECT DISTINCT job_id FROM held")}
 
     # --- reads and writes -----------------------------------------------------------------
 
@@ -87,8 +90,13 @@ class StateStore:
         )
         self._index(job_id, wake_at_ms)
 
+    def has_held(self, job_id: str) -> bool:
+        return job_id in self._held_jobs
+
     def held_for(self, job_id: str) -> list[tuple[str, bytes]]:
         """(key, command bytes) held for ``job_id``, oldest first."""
+        if job_id not in self._held_jobs:
+            return []
         return [
             (str(k), bytes(v))
             for k, v in self._db.execute(
@@ -101,11 +109,15 @@ class StateStore:
         self.begin()
         if value is None:
             self._db.execute("DELETE FROM held WHERE key = ?", (key,))
+            left = self._db.execute("SELECT 1 FROM held WHERE job_id = ? LIMIT 1", (job_id,))
+            if left.fetchone() is None:
+                self._held_jobs.discard(job_id)
         else:
             self._db.execute(
                 "INSERT OR REPLACE INTO held (key, job_id, value) VALUES (?, ?, ?)",
                 (key, job_id, value),
             )
+            self._held_jobs.add(job_id)
 
     def bulk_load(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
         """Restore: (job_id, wake, value) in changelog order; a None value deletes."""

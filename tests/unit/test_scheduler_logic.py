@@ -119,3 +119,23 @@ def test_late_because_busy_is_not_a_misfire() -> None:
     state, _ = logic.on_definition(None, definition, NOW)
     down = logic.fire_due(state, due + 8_000, policy, owned_since_ms=due + 7_000)
     assert down.executions == []
+
+
+def test_the_store_knows_which_jobs_have_held_commands_across_a_rollback() -> None:
+    from duetime.schedulers.store import StateStore
+
+    store = StateStore(None, 300_000)
+    assert not store.has_held("j") and store.held_for("j") == []
+    store.hold("held/j/1/a", "j", b"x")
+    store.commit()
+    store.hold("held/j/2/b", "j", b"y")
+    assert store.has_held("j") and [k for k, _ in store.held_for("j")] == [
+        "held/j/1/a",
+        "held/j/2/b",
+    ]
+    store.rollback()  # the second command was not committed
+    assert [k for k, _ in store.held_for("j")] == ["held/j/1/a"]
+    store.hold("held/j/1/a", "j", None)
+    assert not store.has_held("j")
+    store.rollback()  # the delete was not committed either
+    assert store.has_held("j")
