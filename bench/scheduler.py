@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -210,91 +211,93 @@ def summarize(
     return result
 
 
-def scenario_rate(rate: float, duration_s: float, partitions: int) -> dict[str, Any]:
-    name = f"scheduler-rate-{int(rate)}"
-    n = int(rate * duration_s)
+def _fire_and_read(
+    name: str,
+    partitions: int,
+    due_ms: Callable[[int], list[int]],
+    lead_s: float,
+    describe: str,
+) -> tuple[Reader, list[str], int, dict[str, Any]]:
+    """The shared run: a stack and one scheduler; one-time jobs created with their due times
+    (``due_ms(t0_ms)``), ingested, then read until all fired or 10 s after the last was due.
+    Returns the reader, the job ids, T0 and the timing part of the config."""
     with bench_stack(partitions) as common:
         proc = start_scheduler(common, f"{name}-sched")
         try:
             wait_owned(f"{name}-sched", partitions)
-            lead_s = 20 + n / 3000
             t0_ms = int((time.time() + lead_s) * 1000)
-            times = [t0_ms + int(i * 1000 / rate) for i in range(n)]
-            progress(f"creating {n:,} one-time jobs due from T0 = now + {lead_s:.0f} s at {rate}/s")
+            times = due_ms(t0_ms)
+            n = len(times)
+            progress(f"creating {n:,} one-time jobs {describe} (T0 = now + {lead_s:.0f} s)")
             ids, create_s = create_jobs(common, times)
             ingest_s = wait_ingested(common, n, lead_s * 3)
             progress(f"created in {create_s:.1f} s, ingested {ingest_s:.1f} s later")
             reader = Reader(common)
-            end_ms = times[-1] + 10_000
+            # a burst gets two minutes to drain; a steady rate 10 s after its last job
+            grace_ms = 130_000 if max(times) == min(times) else 10_000
+            end_ms = max(times) + grace_ms
             while time.time() * 1000 < end_ms and len(reader.seen) < n:
                 time.sleep(1)
                 progress(f"{len(reader.seen):,}/{n:,} execution requests seen")
             time.sleep(2)
             reader.close()
-            result = summarize(
-                name,
-                reader,
-                ids,
-                t0_ms,
-                {
-                    "rate_jobs_per_s": rate,
-                    "duration_s": duration_s,
-                    "partitions": partitions,
-                    "schedulers": 1,
-                    "create_s": round(create_s, 1),
-                    "ingest_after_create_s": round(ingest_s, 1),
-                    "command": "./run bench scheduler rate "
-                    f"--rate {rate:g} --duration-s {duration_s:g}",
-                },
-                f"scheduler emit lateness at {rate:g} jobs/s for {duration_s:g} s",
-            )
-            result["throughput_jobs_per_s"] = round(len(reader.seen) / duration_s, 1)
-            write_result(name, result)
-            return result
+            timing = {
+                "partitions": partitions,
+                "schedulers": 1,
+                "create_s": round(create_s, 1),
+                "ingest_after_create_s": round(ingest_s, 1),
+            }
+            return reader, ids, t0_ms, timing
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+
+
+def scenario_rate(rate: float, duration_s: float, partitions: int) -> dict[str, Any]:
+    name = f"scheduler-rate-{int(rate)}"
+    n = int(rate * duration_s)
+    reader, ids, t0_ms, timing = _fire_and_read(
+        name,
+        partitions,
+        lambda t0: [t0 + int(i * 1000 / rate) for i in range(n)],
+        20 + n / 3000,
+        f"due at {rate:g}/s",
+    )
+    result = summarize(
+        name,
+        reader,
+        ids,
+        t0_ms,
+        {
+            "rate_jobs_per_s": rate,
+            "duration_s": duration_s,
+            **timing,
+            "command": f"./run bench scheduler rate --rate {rate:g} --duration-s {duration_s:g}",
+        },
+        f"scheduler emit lateness at {rate:g} jobs/s for {duration_s:g} s",
+    )
+    result["throughput_jobs_per_s"] = round(len(reader.seen) / duration_s, 1)
+    write_result(name, result)
+    return result
 
 
 def scenario_burst(jobs: int, partitions: int) -> dict[str, Any]:
     name = f"scheduler-burst-{jobs}"
-    with bench_stack(partitions) as common:
-        proc = start_scheduler(common, f"{name}-sched")
-        try:
-            wait_owned(f"{name}-sched", partitions)
-            lead_s = 20 + jobs / 3000
-            t0_ms = int((time.time() + lead_s) * 1000)
-            progress(f"creating {jobs:,} one-time jobs all due at T0 = now + {lead_s:.0f} s")
-            ids, create_s = create_jobs(common, [t0_ms] * jobs)
-            ingest_s = wait_ingested(common, jobs, lead_s * 3)
-            reader = Reader(common)
-            deadline = time.time() + lead_s + 120
-            while len(reader.seen) < jobs and time.time() < deadline:
-                time.sleep(1)
-                progress(f"{len(reader.seen):,}/{jobs:,} execution requests seen")
-            time.sleep(1)
-            reader.close()
-            result = summarize(
-                name,
-                reader,
-                ids,
-                t0_ms,
-                {
-                    "partitions": partitions,
-                    "schedulers": 1,
-                    "create_s": round(create_s, 1),
-                    "ingest_after_create_s": round(ingest_s, 1),
-                    "command": f"./run bench scheduler burst --jobs {jobs}",
-                },
-                f"{jobs:,} jobs due at the same instant",
-            )
-            last = max((recv for *_, recv in reader.seen), default=t0_ms)
-            result["all_emitted_after_s"] = round((last - t0_ms) / 1000, 2)
-            write_result(name, result)
-            return result
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+    reader, ids, t0_ms, timing = _fire_and_read(
+        name, partitions, lambda t0: [t0] * jobs, 20 + jobs / 3000, "all due at T0"
+    )
+    result = summarize(
+        name,
+        reader,
+        ids,
+        t0_ms,
+        {**timing, "command": f"./run bench scheduler burst --jobs {jobs}"},
+        f"{jobs:,} jobs due at the same instant",
+    )
+    last = max((recv for *_, recv in reader.seen), default=t0_ms)
+    result["all_emitted_after_s"] = round((last - t0_ms) / 1000, 2)
+    write_result(name, result)
+    return result
 
 
 def scenario_memory(jobs: int, partitions: int) -> dict[str, Any]:
