@@ -10,6 +10,7 @@ SUITES = {
     "dag": "bench.dag_bench",
     "worker": "bench.worker_throughput",
     "api": "bench.api_projector",
+    "day": "bench.day",
     "compare": "bench.compare",
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -197,13 +198,35 @@ def start_role(argv: list[str], env: dict[str, str], log_name: str) -> subproces
     logs = ROOT / ".duetime" / "bench" / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{log_name}.log", "wb") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "duetime.cli", *argv],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    if argv[0] in os.environ.get("DUETIME_BENCH_PROFILE", "").split(","):
+        _profile(proc.pid, log_name)
+    return proc
+
+
+def _profile(pid: int, log_name: str) -> None:
+    """``DUETIME_BENCH_PROFILE=scheduler,worker``: sample those roles with py-spy (attached, so
+    signals reach the role itself) into ``bench/results/profiles/<role>.svg`` (a flame graph,
+    written when the role exits)."""
+    import shutil
+
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("DUETIME_BENCH_PROFILE needs py-spy: .venv/bin/pip install py-spy")
+    out = RESULTS / "profiles"
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--rate", "200", "--nonblocking",
+         "--output", str(out / f"{log_name}.svg")],
+        stdout=subprocess.DEVNULL,
+        stderr=open(out / f"{log_name}.py-spy.log", "wb"),  # noqa: SIM115
+    )  # fmt: skip
 
 
 def rss_bytes(pid: int) -> int:
@@ -212,3 +235,17 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def log_text(name: str) -> str:
+    path = ROOT / ".duetime" / "bench" / "logs" / f"{name}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def wait_log(name: str, pattern: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if re.search(pattern, log_text(name)):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{name}: no {pattern!r} in its log after {timeout_s} s")

@@ -1,20 +1,22 @@
 """Side by side: duetime against Celery and River on the same workloads, same box.
 
-    ./run bench compare
+    ./run bench compare          # compare the latest results in bench/results
+    ./run bench compare --run    # first run every pair, duetime then the peers, back to back
 
-Reads the latest results in ``bench/results`` (run the scenarios first: ``worker rate``,
-``worker e2e`` and ``python -m bench.peers.run`` for ``burst`` and ``sustained``), adds a
-``"peers"`` section with the ratios duetime / peer to duetime's JSON, writes
-``bench/results/comparison.json`` and a bar chart, and prints the README table.
+Reads the latest results in ``bench/results``, adds a ``"peers"`` section with the ratios
+duetime / peer to duetime's JSON, writes ``bench/results/comparison.json`` and a bar chart, and
+prints the README table. ``--run`` makes them first, one after the other on the same box
+(about 15 minutes): ``worker burst --jobs 10000``, ``worker rate --rate 350 --duration-s 30``,
+``worker rate --rate 1000 --duration-s 30`` and the peers' ``burst --jobs 10000``,
+``sustained --rate 350`` and ``sustained --rate 1000``.
 
-The pairs:
+The pairs (lateness = start − due time, per job; throughput = distinct jobs started ÷ (last
+start − first due)):
 
-- *sustained 350 jobs/s*: start lateness (start − scheduled time) and throughput; duetime's
-  ``worker-rate-350`` (scheduler + workers, end to end) against ``peers-sustained``.
-- *burst*: N no-op jobs due now, throughput until all ran; duetime's ``worker-e2e`` (create →
-  success, best worker count) against ``peers-burst`` (N due at one instant, last start).
-  Peers report lateness for the burst too; duetime's e2e scenario does not measure it, so that
-  ratio is left out rather than guessed.
+- *burst*: 10,000 no-op jobs due at one instant; duetime's ``worker-burst-10000`` (scheduler +
+  2 workers, end to end) against ``peers-burst``.
+- *sustained 350 / 1,000 jobs/s*: duetime's ``worker-rate-<rate>`` against
+  ``peers-sustained`` / ``peers-sustained-1000``.
 
 A throughput ratio above 1 and a lateness ratio below 1 mean duetime is ahead.
 """
@@ -28,9 +30,26 @@ from typing import Any
 from bench.common import RESULTS, progress, write_result
 
 PAIRS = {
+    "burst-10000": ("worker-burst-10000", "peers-burst"),
     "sustained-350": ("worker-rate-350", "peers-sustained"),
-    "burst": ("worker-e2e", "peers-burst"),
+    "sustained-1000": ("worker-rate-1000", "peers-sustained-1000"),
 }
+
+
+def run_all() -> None:
+    """Every pair's two sides, back to back on this box."""
+    from bench import worker_throughput
+    from bench.peers.run import default_output, run_peers, write_json
+
+    progress("duetime: burst of 10,000")
+    worker_throughput.scenario_burst(10_000, 2)
+    for rate in (350.0, 1000.0):
+        progress(f"duetime: sustained {rate:g} jobs/s")
+        worker_throughput.scenario_rate(rate, 30, 2)
+    write_json(default_output("burst", 350), run_peers("burst", jobs=10_000))
+    for rate in (350.0, 1000.0):
+        peers = run_peers("sustained", rate=rate, duration_s=30)
+        write_json(default_output("sustained", rate), peers)
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -150,6 +169,8 @@ def _bar_chart(table: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--run" in (argv or []):
+        run_all()
     table = compare()
     if not table:
         print("nothing to compare: run the scenarios first (see bench/compare.py)", file=sys.stderr)

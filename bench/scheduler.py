@@ -6,6 +6,7 @@ instant, RSS per pending job with 1 M pending jobs and the time to restore them 
     ./run bench scheduler burst --jobs 100000
     ./run bench scheduler ramp --rates 1000 2000 3000 4000 --duration-s 20
     ./run bench scheduler memory --jobs 1000000
+    ./run bench scheduler failover --rate 1000 --duration-s 90 --kill-at-s 30 --restart-at-s 60
 
 How it runs: a local Kafka (1 GiB heap) and PostgreSQL in ``.duetime/bench``; ONE scheduler
 process (``duetime scheduler``, state on disk in SQLite); this process creates the one-time
@@ -41,6 +42,7 @@ from bench.common import (
     role_env,
     rss_bytes,
     start_role,
+    wait_log,
     write_result,
 )
 
@@ -413,6 +415,127 @@ def scenario_ramp(rates: list[float], duration_s: float, partitions: int) -> dic
     return result
 
 
+def scenario_failover(
+    rate: float, duration_s: float, partitions: int, kill_at_s: float, restart_at_s: float
+) -> dict[str, Any]:
+    """Two schedulers share the partitions while jobs fall due at ``rate``; one is SIGKILLed
+    ``kill_at_s`` into the run and a replacement started at ``restart_at_s``. Max lateness,
+    and the recovery time: from the kill until the last job that was more than 1 s late (as
+    seen by a read_committed reader) became visible; after it, every job was on time again.
+    The replacement's arrival is a rebalance too: its disruption is reported separately."""
+    name = "scheduler-failover"
+    n = int(rate * duration_s)
+    lead_s = 20 + n / 3000
+    with bench_stack(partitions) as common:
+        procs = {"a": start_scheduler(common, f"{name}-a")}
+        try:
+            wait_owned(f"{name}-a", partitions)
+            procs["b"] = start_scheduler(common, f"{name}-b")
+            wait_log(f"{name}-b", "owning partition")
+            time.sleep(5)  # the rebalance settles: each owns half
+            t0_ms = int((time.time() + lead_s) * 1000)
+            times = [t0_ms + int(i * 1000 / rate) for i in range(n)]
+            progress(f"creating {n:,} one-time jobs due at {rate:g}/s (T0 = now + {lead_s:.0f} s)")
+            ids, create_s = create_jobs(common, times)
+            wait_ingested(common, n, lead_s * 3)
+            reader = Reader(common)
+            kill_ms, restart_ms = t0_ms + int(kill_at_s * 1000), t0_ms + int(restart_at_s * 1000)
+            while time.time() * 1000 < kill_ms:
+                time.sleep(0.01)
+            procs["a"].kill()  # SIGKILL: no goodbye to the group, an open transaction
+            procs["a"].wait(10)
+            progress(f"SIGKILLed scheduler a at T0 + {kill_at_s:g} s")
+            while time.time() * 1000 < restart_ms:
+                time.sleep(0.01)
+            procs["c"] = start_scheduler(common, f"{name}-c")
+            progress(f"started scheduler c at T0 + {restart_at_s:g} s")
+            end_ms = times[-1] + 60_000
+            while time.time() * 1000 < end_ms and len(reader.seen) < n:
+                time.sleep(1)
+                progress(f"{len(reader.seen):,}/{n:,} execution requests seen")
+            time.sleep(2)
+            reader.close()
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(30)
+    result = summarize(
+        name,
+        reader,
+        ids,
+        t0_ms,
+        {
+            "rate_jobs_per_s": rate,
+            "partitions": partitions,
+            "schedulers": "2, one SIGKILLed, a replacement started later",
+            "kill_at_s": kill_at_s,
+            "restart_at_s": restart_at_s,
+            "create_s": round(create_s, 1),
+            "command": f"./run bench scheduler failover --rate {rate:g} "
+            f"--duration-s {duration_s:g} --kill-at-s {kill_at_s:g} "
+            f"--restart-at-s {restart_at_s:g}",
+        },
+        "",
+    )
+
+    # recovery from the kill: until the last job due before the replacement started that
+    # was more than 1 s late became visible; the replacement's arrival (a rebalance that
+    # moves partitions to it) is reported on its own
+    def late(lo: int, hi: int) -> list[int]:
+        return [r for _, s, _, _, r in reader.seen if lo <= s < hi and r - s > 1000]
+
+    after_kill, after_join = late(kill_ms - 5000, restart_ms), late(restart_ms, times[-1] + 1)
+    result["recovery_s"] = round((max(after_kill) - kill_ms) / 1000, 2) if after_kill else 0.0
+    result["rejoin_disruption_s"] = (
+        round((max(after_join) - restart_ms) / 1000, 2) if after_join else 0.0
+    )
+    result["jobs_late_over_1s"] = len(after_kill) + len(after_join)
+    result["max_lateness_ms"] = result["visible_lateness_ms"]["max"]
+    result["throughput_jobs_per_s"] = round(len(reader.seen) / duration_s, 1)
+    for phase, lo, hi in (
+        ("before_kill", t0_ms, kill_ms),
+        ("kill_to_restart", kill_ms, restart_ms),
+        ("after_restart", restart_ms, times[-1] + 1),
+    ):
+        result[f"visible_lateness_ms_{phase}"] = percentiles(
+            [recv - s for _, s, _, _, recv in reader.seen if lo <= s < hi]
+        )
+    progress(
+        f"{name}: max lateness {result['max_lateness_ms']} ms, recovery {result['recovery_s']} s,"
+        f" lost {result['lost']}, duplicates {result['duplicates']}"
+    )
+    _plot_failover(name, reader, t0_ms, kill_at_s, restart_at_s, rate)
+    write_result(name, result)
+    return result
+
+
+def _plot_failover(
+    name: str, reader: Reader, t0_ms: int, kill_at_s: float, restart_at_s: float, rate: float
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.common import RESULTS
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [(s - t0_ms) / 1000 for _, s, _, _, _ in reader.seen]
+    ax.plot(xs, [r - s for _, s, _, _, r in reader.seen], ".", markersize=2, label="visible")
+    ax.axvline(kill_at_s, color="red", label="scheduler a SIGKILLed")
+    ax.axvline(restart_at_s, color="green", label="scheduler c started")
+    ax.set_yscale("log")
+    ax.set_xlabel("job due at (s since T0)")
+    ax.set_ylabel("lateness (ms)")
+    ax.set_title(f"two schedulers at {rate:g} jobs/s, one SIGKILLed, a replacement joins")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench scheduler", description=__doc__)
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -426,7 +549,12 @@ def main(argv: list[str] | None = None) -> int:
     ramp.add_argument("--duration-s", type=float, default=20)
     memory = sub.add_parser("memory")
     memory.add_argument("--jobs", type=int, default=1_000_000)
-    for p in (rate, burst, ramp, memory):
+    failover = sub.add_parser("failover")
+    failover.add_argument("--rate", type=float, default=1000)
+    failover.add_argument("--duration-s", type=float, default=90)
+    failover.add_argument("--kill-at-s", type=float, default=30)
+    failover.add_argument("--restart-at-s", type=float, default=60)
+    for p in (rate, burst, ramp, memory, failover):
         p.add_argument("--partitions", type=int, default=6)
     args = parser.parse_args(argv)
     if args.scenario == "rate":
@@ -435,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
         result = scenario_burst(args.jobs, args.partitions)
     elif args.scenario == "ramp":
         result = scenario_ramp(args.rates, args.duration_s, args.partitions)
+    elif args.scenario == "failover":
+        result = scenario_failover(
+            args.rate, args.duration_s, args.partitions, args.kill_at_s, args.restart_at_s
+        )
     else:
         result = scenario_memory(args.jobs, args.partitions)
     print({k: v for k, v in result.items() if k not in ("machine", "versions")})

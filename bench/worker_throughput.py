@@ -39,7 +39,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -55,6 +55,7 @@ from bench.common import (
     progress,
     role_env,
     start_role,
+    wait_log,
     write_result,
 )
 
@@ -183,20 +184,6 @@ class Results:
 
 
 # --- processes ------------------------------------------------------------------------------
-
-
-def log_text(name: str) -> str:
-    path = ROOT / ".duetime" / "bench" / "logs" / f"{name}.log"
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def wait_log(name: str, pattern: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if re.search(pattern, log_text(name)):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{name}: no {pattern!r} in its log after {timeout_s} s")
 
 
 def start_workers(common: Any, n: int, tag: str) -> list[subprocess.Popen[bytes]]:
@@ -469,29 +456,82 @@ def report(
     return result
 
 
-def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any]:
-    name = f"worker-rate-{int(rate)}"
-    n = int(rate * duration_s)
+def _timed_run(
+    name: str,
+    due_ms: Callable[[int], list[int]],
+    workers: int,
+    lead_s: float,
+    feed_ahead_s: float | None = None,
+) -> tuple[Results, float, dict[str, float], int, list[int]]:
+    """Scheduler + ``workers`` on fresh topics; once they are up, T0 = now + ``lead_s`` and
+    one-time jobs due at ``due_ms(T0)`` (sorted); waits until every job succeeded (or gave
+    up). With ``feed_ahead_s`` the jobs are created by a feeder thread that keeps
+    ``feed_ahead_s`` seconds of them ahead of their due time, as producers do in production;
+    otherwise all are created up front. Returns the results, the creation time, the workers'
+    lease metrics, T0 and the due times."""
     with stack(PARTITIONS) as base:
         common = fresh(base)
         procs = [start_scheduler(common, name), *start_workers(common, workers, name)]
         results = Results(common)
         try:
-            lead_s = 15 + n / 2000
             t0_ms = int((time.time() + lead_s) * 1000)
-            times = [t0_ms + int(i * 1000 / rate) for i in range(n)]
-            progress(f"creating {n:,} jobs due from now + {lead_s:.0f} s at {rate:g}/s")
-            _, create_s = create_jobs(common, times)
-            wait_done(results, n, lead_s + duration_s + 60)
+            times_ms = due_ms(t0_ms)
+            if feed_ahead_s is None:
+                _, create_s = create_jobs(common, times_ms)
+            else:
+                feeder = Feeder(common, times_ms, feed_ahead_s)
+                create_s = 0.0
+            span_s = (times_ms[-1] - time.time() * 1000) / 1000
+            wait_done(results, len(times_ms), max(0.0, span_s) + 120)
+            if feed_ahead_s is not None:
+                feeder.close()
             metrics = scrape(workers)
         finally:
             results.close()
             stop(procs)
-    # a one-time job's occurrence is its due time: lateness = first start − scheduled_at
+    return results, create_s, metrics, t0_ms, times_ms
+
+
+class Feeder:
+    """Creates one-time jobs ``ahead_s`` before they fall due, in a thread (a producer service
+    publishing its jobs as it learns of them, not a week's worth up front)."""
+
+    def __init__(self, common: Any, times_ms: list[int], ahead_s: float) -> None:
+        self.common, self.times_ms, self.ahead_ms = common, times_ms, int(ahead_s * 1000)
+        self.created = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from duetime.producers.sdk import JobClient
+
+        with JobClient(settings=self.common) as client:
+            for i, at_ms in enumerate(self.times_ms):
+                while at_ms - self.ahead_ms > time.time_ns() // 1_000_000:
+                    if self._stop.wait(0.05):
+                        return
+                client.create_job(
+                    name=f"wb-{i}",
+                    schedule={"at": datetime.fromtimestamp(at_ms / 1000, UTC).isoformat()},
+                    target={"type": "python", "ref": NOOP},
+                    retry={"max_retries": 3, "base_delay_s": 1},
+                    wait=False,
+                )
+                self.created = i + 1
+                if self._stop.is_set():
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(60)
+
+
+def start_figures(results: Results, n: int) -> dict[str, Any]:
+    """Start lateness (first start − occurrence), the worker's share of it, throughput as the
+    peers measure it (distinct jobs started ÷ (last start − first due)), lost and duplicates."""
     firsts = sorted(min(runs)[0:4:3] for runs in results.running.values())
-    starts = [started for started, _ in firsts]
     lateness = [started - scheduled for started, scheduled in firsts]
-    xs = [(scheduled - t0_ms) / 1000 for _, scheduled in firsts]
     # the worker's share: from the request's emission (and from when a reader could see it,
     # i.e. after the scheduler's transaction committed) to the start
     after_emit, after_visible = [], []
@@ -501,16 +541,34 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
             started = min(run[0] for run in runs)
             after_emit.append(started - emitted_visible[0])
             after_visible.append(started - emitted_visible[1])
+    span_ms = max(s for s, _ in firsts) - min(d for _, d in firsts) if len(firsts) > 1 else 0
+    return {
+        "lateness_ms": percentiles(lateness),
+        "start_after_emit_ms": percentiles(after_emit),
+        "start_after_visible_ms": percentiles(after_visible),
+        "started_throughput_jobs_per_s": round(len(firsts) / max(0.001, span_ms / 1000), 1),
+        "lost": n - len(results.success),
+        "duplicates": sum(len(r) - 1 for r in results.running.values() if len(r) > 1),
+        "_series": ([(s - d) for s, d in firsts], [d for _, d in firsts]),
+    }
+
+
+def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any]:
+    name = f"worker-rate-{int(rate)}"
+    n = int(rate * duration_s)
+    lead_s = 15 + n / 2000
+    progress(f"{n:,} jobs due from T0 = (roles up) + {lead_s:.0f} s at {rate:g}/s")
+    results, create_s, metrics, t0_ms, _ = _timed_run(
+        name, lambda t0: [t0 + int(i * 1000 / rate) for i in range(n)], workers, lead_s
+    )
+    figures = start_figures(results, n)
+    lateness, scheduled = figures.pop("_series")
     result = {
         "scenario": name,
         "jobs": n,
         "duration_s": duration_s,
         "throughput_jobs_per_s": round(len(results.success) / duration_s, 1),
-        "lateness_ms": percentiles(lateness),
-        "start_after_emit_ms": percentiles(after_emit),
-        "start_after_visible_ms": percentiles(after_visible),
-        "lost": n - len(results.success),
-        "duplicates": sum(len(r) - 1 for r in results.running.values() if len(r) > 1),
+        **figures,
         "lease": lease_figures(metrics, len(results.success)),
         "config": {
             "rate_jobs_per_s": rate,
@@ -519,21 +577,59 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
             "worker_concurrency": WORKER_CONCURRENCY,
             "create_s": round(create_s, 1),
             "measured": "worker started_at − due time (scheduler emit + delivery + worker)",
-            "command": f"python -m bench.worker_throughput rate --rate {rate:g} "
+            "command": f"./run bench worker rate --rate {rate:g} "
             f"--duration-s {duration_s:g} --workers {workers}",
         },
     }
     progress(
         f"{name}: lateness {result['lateness_ms']}, after emit {result['start_after_emit_ms']}, "
-        f"after visible {result['start_after_visible_ms']}, {len(starts)} started"
+        f"after visible {result['start_after_visible_ms']}"
     )
     plot_series(
         name,
         f"start lateness at {rate:g} jobs/s ({workers} workers)",
-        {"due → worker start": (xs, lateness)},
+        {"due → worker start": ([(d - t0_ms) / 1000 for d in scheduled], lateness)},
         "seconds since the first job was due",
         "ms",
         logy=True,
+    )
+    write_result(name, result)
+    return result
+
+
+def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
+    """The peers' burst workload end to end: ``jobs`` no-op one-time jobs all due at one
+    instant T (created before T), scheduler + workers; lateness = first start − T."""
+    name = f"worker-burst-{jobs}"
+    lead_s = 15 + jobs / 2000
+    progress(f"{jobs:,} jobs all due at T0 = (roles up) + {lead_s:.0f} s")
+    results, create_s, _, t0_ms, _ = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s)
+    figures = start_figures(results, jobs)
+    lateness, _ = figures.pop("_series")
+    starts = sorted(t0_ms + late for late in lateness)
+    result = {
+        "scenario": name,
+        "jobs": jobs,
+        "duration_s": round((starts[-1] - t0_ms) / 1000, 2) if starts else None,
+        "throughput_jobs_per_s": figures.pop("started_throughput_jobs_per_s"),
+        **figures,
+        "config": {
+            "workers": workers,
+            "partitions": PARTITIONS,
+            "worker_concurrency": WORKER_CONCURRENCY,
+            "create_s": round(create_s, 1),
+            "measured": "worker started_at − T (all due at T); throughput = distinct jobs "
+            "started ÷ (last start − T), as bench/peers measures it",
+            "command": f"./run bench worker burst --jobs {jobs} --workers {workers}",
+        },
+    }
+    progress(f"{name}: {result['throughput_jobs_per_s']} jobs/s, lateness {result['lateness_ms']}")
+    plot_series(
+        name,
+        f"{jobs:,} no-op jobs due at one instant: starts over time ({workers} workers)",
+        {"started": ([(s - t0_ms) / 1000 for s in starts], list(range(1, len(starts) + 1)))},
+        "seconds since T",
+        "jobs started",
     )
     write_result(name, result)
     return result
@@ -620,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     rate.add_argument("--rate", type=float, default=350)
     rate.add_argument("--duration-s", type=float, default=30)
     rate.add_argument("--workers", type=int, default=2)
+    burst = sub.add_parser("burst")
+    burst.add_argument("--jobs", type=int, default=10_000)
+    burst.add_argument("--workers", type=int, default=2)
     lease = sub.add_parser("lease")
     lease.add_argument("--executions", type=int, default=20_000)
     args = parser.parse_args(argv)
@@ -634,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         result = scenario_drain(args.workers, args.jobs)
     elif args.scenario == "rate":
         result = scenario_rate(args.rate, args.duration_s, args.workers)
+    elif args.scenario == "burst":
+        result = scenario_burst(args.jobs, args.workers)
     else:
         result = scenario_lease(args.executions)
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
