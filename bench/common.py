@@ -47,6 +47,8 @@ def machine() -> dict[str, Any]:
         "cpu": cpu,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # how quiet the box was: other work on the same two cores shows in the tails
+        "load_avg_1m_at_write": round(os.getloadavg()[0], 2),
     }
 
 
@@ -212,7 +214,7 @@ def start_role(argv: list[str], env: dict[str, str], log_name: str) -> subproces
 
 def _profile(pid: int, log_name: str) -> None:
     """``DUETIME_BENCH_PROFILE=scheduler,worker``: sample those roles with py-spy (attached, so
-    signals reach the role itself) into ``bench/results/profiles/<role>.svg`` (a flame graph,
+    signals reach the role itself) into ``bench/results/profiles/<role>.txt`` (collapsed stacks,
     written when the role exits)."""
     import shutil
 
@@ -223,7 +225,7 @@ def _profile(pid: int, log_name: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--rate", "200", "--nonblocking",
-         "--output", str(out / f"{log_name}.svg")],
+         "--format", "raw", "--output", str(out / f"{log_name}.txt")],
         stdout=subprocess.DEVNULL,
         stderr=open(out / f"{log_name}.py-spy.log", "wb"),  # noqa: SIM115
     )  # fmt: skip

@@ -603,7 +603,7 @@ def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
     name = f"worker-burst-{jobs}"
     lead_s = 15 + jobs / 2000
     progress(f"{jobs:,} jobs all due at T0 = (roles up) + {lead_s:.0f} s")
-    results, create_s, _, t0_ms, _ = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s)
+    results, create_s, metrics, t0_ms, _ = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s)
     figures = start_figures(results, jobs)
     lateness, _ = figures.pop("_series")
     starts = sorted(t0_ms + late for late in lateness)
@@ -613,6 +613,7 @@ def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
         "duration_s": round((starts[-1] - t0_ms) / 1000, 2) if starts else None,
         "throughput_jobs_per_s": figures.pop("started_throughput_jobs_per_s"),
         **figures,
+        "lease": lease_figures(metrics, len(results.success)),
         "config": {
             "workers": workers,
             "partitions": PARTITIONS,
