@@ -35,6 +35,7 @@ from confluent_kafka import (
 
 from duetime.core.errors import DuetimeError
 from duetime.core.kafka import ErrorClass, classify, watermarks
+from duetime.core.poison import poison_headers
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -170,6 +171,7 @@ class PartitionOwner:
             record = self.codec.decode(
                 event_type, msg.value() or b"", topic=topic, partition=self.partition, offset=offset
             )
+            logic.check_input(event_type, record)
             job_id = record["job_id"]
             state = self._state(job_id)
             if event_type == "job":
@@ -297,11 +299,14 @@ class PartitionOwner:
                     value=msg.value(),
                     partition=self.partition,
                     headers=[
-                        ("duetime-source-topic", (msg.topic() or "").encode()),
-                        ("duetime-source-partition", str(msg.partition()).encode()),
-                        ("duetime-source-offset", str(msg.offset()).encode()),
-                        ("duetime-error", reason.encode()[:1000]),
-                        ("duetime-role", b"scheduler"),
+                        *poison_headers(
+                            msg.headers(),
+                            topic=msg.topic() or "",
+                            partition=msg.partition() or 0,
+                            offset=msg.offset() or 0,
+                            error=reason,
+                            role="scheduler",
+                        )
                     ],
                 )
             for job_id, state in p.dirty.items():

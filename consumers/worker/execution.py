@@ -30,6 +30,7 @@ from confluent_kafka import KafkaException, Message
 
 from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority
+from duetime.core.poison import poison_headers
 from duetime.schemas.codec import Codec
 
 from . import metrics
@@ -170,18 +171,9 @@ class Executor:
             error,
             extra={"topic": tp[0], "partition": tp[1], "offset": offset},
         )
-        raw = msg.headers() or []
-        original = list(raw.items()) if isinstance(raw, dict) else list(raw)
-        headers: list[tuple[str, bytes]] = [
-            (str(k), v if isinstance(v, bytes) else str(v or "").encode()) for k, v in original
-        ]
-        headers += [
-            ("duetime-source-topic", tp[0].encode()),
-            ("duetime-source-partition", str(tp[1]).encode()),
-            ("duetime-source-offset", str(offset).encode()),
-            ("duetime-error", error.encode()[:1000]),
-            ("duetime-role", b"worker"),
-        ]
+        headers = poison_headers(
+            msg.headers(), topic=tp[0], partition=tp[1], offset=offset, error=error, role="worker"
+        )
         item = Item(
             key=f"poison/{tp}/{offset}", tp=tp, offset=offset, priority=Priority.LOW, request={}
         )

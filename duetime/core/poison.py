@@ -1,0 +1,44 @@
+"""What every role writes when it parks a record it cannot use on the poison topic.
+
+A parked record keeps its original key, value and headers, and gains headers naming where it
+came from and why it was refused, so an operator can inspect it, fix the cause and re-publish
+the bytes. Readers of the poison topic (and tests) rely on these names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SOURCE_TOPIC = "duetime-source-topic"
+SOURCE_PARTITION = "duetime-source-partition"
+SOURCE_OFFSET = "duetime-source-offset"
+ERROR = "duetime-error"
+ROLE = "duetime-role"
+
+MAX_ERROR_BYTES = 1000
+
+
+def poison_headers(
+    original: Mapping[str, Any] | Iterable[tuple[str, Any]] | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    error: str,
+    role: str,
+) -> list[tuple[str, bytes]]:
+    """The record's own headers followed by the context of its refusal."""
+    items = original.items() if isinstance(original, Mapping) else (original or [])
+    headers: list[tuple[str, bytes]] = [
+        (str(k), bytes(v) if isinstance(v, bytes | bytearray) else str(v or "").encode())
+        for k, v in items
+    ]
+    headers += [
+        (SOURCE_TOPIC, topic.encode()),
+        (SOURCE_PARTITION, str(partition).encode()),
+        (SOURCE_OFFSET, str(offset).encode()),
+        (ERROR, error.encode()[:MAX_ERROR_BYTES]),
+        (ROLE, role.encode()),
+    ]
+    return headers
