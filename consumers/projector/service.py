@@ -6,6 +6,12 @@ PostgreSQL transaction. On assignment every partition is positioned at the offse
 PostgreSQL (not Kafka's committed offset), so a batch is projected exactly once even if the
 process dies between the two commits. A failed write rolls back, rewinds the consumer to the
 stored offsets and goes on. Partition creation ahead of time and retention run beside the loop.
+
+Bad records never stop a partition: a record that does not decode, or that PostgreSQL refuses
+for its content (a value no column accepts), is copied to the poison topic with its original
+bytes and context headers before the offset past it is stored. A batch refused for its
+content is written again record by record to find the culprits; an outage (a lost
+connection) is not a content error: it rolls back and retries the same batch.
 """
 
 from __future__ import annotations
@@ -22,12 +28,16 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     IsolationLevel,
+    KafkaException,
     Message,
+    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from duetime.core import kafka
+from duetime.core.errors import DuetimeError
+from duetime.core.poison import poison_headers
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -39,6 +49,21 @@ log = logging.getLogger("duetime.projector")
 
 BatchHook = Callable[[Batch, list[float]], None]
 """Called after each committed batch with the lag of each of its records, in seconds."""
+
+# What a record's content (not an outage) can make a write fail with: PostgreSQL refusing a
+# value (a text that is not a UUID, a NUL character, a number out of range, a constraint),
+# or a row that cannot be built from a decodable record (a timestamp past year 9999, a cron
+# expression that never fires).
+_CONTENT_ERRORS: tuple[type[BaseException], ...] = (
+    DuetimeError,
+    psycopg.DataError,
+    psycopg.IntegrityError,
+    ValueError,
+    KeyError,
+    TypeError,
+    OverflowError,
+)
+_PARKED_MEMORY = 100_000
 
 
 class Projector:
@@ -58,6 +83,9 @@ class Projector:
         """Set while every partition is read to its end (checked by the loop when idle)."""
         self._checked_at = 0.0
         self._stop = threading.Event()
+        self._poison: Producer | None = None
+        self._parked: set[tuple[str, int, int]] = set()
+        """Bad records copied by this process (a retried batch does not copy them twice)."""
         self._types = {
             t: self.topics.event_type_of(t)
             for t in (
@@ -106,6 +134,8 @@ class Projector:
                     break
         finally:
             self._stop.set()
+            if self._poison is not None:
+                self._poison.flush(10)
             self.consumer.close()  # leaves the group: partitions move at once
             self.store.close()
             metrics.ASSIGNED.set(0)
@@ -118,11 +148,15 @@ class Projector:
         if not msgs:
             metrics.LAG_SECONDS.set(0.0)
             return 0
-        batch = self._reduce(msgs)
+        batch, bad = self._reduce(msgs)
         started = time.monotonic()
         try:
-            self.store.write(batch)
-        except psycopg.Error as exc:
+            self._park(bad)
+            try:
+                self.store.write(batch)
+            except _CONTENT_ERRORS as exc:
+                self._isolate(msgs, exc)
+        except (psycopg.Error, KafkaException) as exc:
             metrics.FAILED_BATCHES.inc()
             log.error("batch of %s records failed, rewinding: %s", len(msgs), exc)
             self.store.close()
@@ -151,8 +185,10 @@ class Projector:
         rest = self.consumer.consume(self.settings.batch_size - 1, 0)
         return first + rest
 
-    def _reduce(self, msgs: list[Message]) -> Batch:
+    def _reduce(self, msgs: list[Message]) -> tuple[Batch, list[tuple[Message, str]]]:
+        """The batch of rows, and the records that could not be made into rows (with why)."""
         batch = Batch()
+        bad: list[tuple[Message, str]] = []
         # a state record is superseded by a later one of its job in the same batch: the
         # state topic is a changelog, only the newest is worth decoding
         newest_state: dict[tuple[int, bytes | None], int] = {}
@@ -178,16 +214,84 @@ class Projector:
                 self._add(batch, event_type, record, offset)
             except Exception as exc:  # a record no row can be made of must not stop the rest
                 metrics.UNDECODABLE.inc()
-                log.error(
-                    "skipped a record: %s",
-                    exc,
-                    extra={"topic": topic, "partition": partition, "offset": offset},
-                )
+                bad.append((msg, f"{type(exc).__name__}: {exc}"))
                 continue
         for event_type, n in counts.items():
             metrics.EVENTS.labels(event_type=event_type).inc(n)
         batch.events = sum(counts.values())
-        return batch
+        return batch, bad
+
+    def _isolate(self, msgs: list[Message], error: BaseException) -> None:
+        """PostgreSQL refused a batch for its content: write its records one by one, park
+        each one refused on its own, and store the offsets past it."""
+        log.warning(
+            "a batch of %s records was refused (%s: %s): writing them one by one",
+            len(msgs),
+            type(error).__name__,
+            str(error).splitlines()[0] if str(error) else "",
+        )
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            single, bad = self._reduce([msg])
+            self._park(bad)
+            try:
+                self.store.write(single)
+            except _CONTENT_ERRORS as exc:
+                metrics.UNDECODABLE.inc()
+                self._park([(msg, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")])
+                past = Batch()
+                past.offsets = dict(single.offsets)
+                self.store.write(past)
+
+    def _park(self, bad: list[tuple[Message, str]]) -> None:
+        """Copy bad records to the poison topic and wait for the broker to have them (their
+        offsets are stored right after); raises KafkaException when it does not."""
+        fresh = [(m, why) for m, why in bad if _where(m) not in self._parked]
+        if not fresh:
+            return
+        if self._poison is None:
+            # acks=all: the copy must outlive a broker failure once the offset moves past it
+            self._poison = kafka.producer(self.common, **{"acks": "all"})
+        failed: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        for msg, why in fresh:
+            topic, partition, offset = _where(msg)
+            log.warning(
+                "bad record sent to the poison topic: %s",
+                why,
+                extra={"topic": topic, "partition": partition, "offset": offset},
+            )
+            headers: list[tuple[str, str | bytes | None]] = [
+                *poison_headers(
+                    msg.headers(),
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                    error=why,
+                    role="projector",
+                )
+            ]
+            self._poison.produce(
+                self.topics.poison,
+                msg.value(),
+                msg.key(),
+                partition=partition,
+                headers=headers,
+                on_delivery=delivered,
+            )
+        remaining = self._poison.flush(30)
+        if remaining or failed:
+            raise KafkaException(
+                f"poison copies not acknowledged: {remaining} pending, {failed[:1]} failed"
+            )
+        if len(self._parked) > _PARKED_MEMORY:
+            self._parked.clear()
+        self._parked.update(_where(m) for m, _ in fresh)
 
     @staticmethod
     def _add(batch: Batch, event_type: str, record: dict[str, Any], offset: int) -> None:
@@ -331,3 +435,7 @@ class Projector:
             except Exception as exc:
                 log.warning("reading the DLQ depth failed: %s", exc)
             self._stop.wait(15.0)
+
+
+def _where(msg: Message) -> tuple[str, int, int]:
+    return msg.topic() or "", msg.partition() or 0, msg.offset() or 0
