@@ -21,6 +21,11 @@ and a resolver must not act on an aborted dead letter. faust 0.15 reads read_unc
 unless ``processing_guarantee="exactly_once"``, whose own reports of duplicates and crashes
 DESIGN.md tells us to avoid; :class:`_ReadCommittedThread` sets the isolation level alone.
 
+Bad records: an input record that does not decode, or a ``started`` event whose nodes do not
+form a DAG, is copied to the poison topic (original bytes and headers, plus its source topic,
+partition, offset and the error) and the stream moves on; so is a by_run event ``resolve``
+cannot apply. The copy is sent before the input's offset is committed (at least once).
+
 Partitioning of what it writes: control commands must reach the scheduler owning the job,
 i.e. the partition the SDK's librdkafka producer chose for the job id (CRC-32 of the key,
 librdkafka's ``consistent_random``). faust's aiokafka producer partitions by murmur2, so the
@@ -39,7 +44,9 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from duetime.core.dag import children
+from duetime.core.dag import children, validate_dag
+from duetime.core.errors import DuetimeError
+from duetime.core.poison import poison_headers
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec, DecodeError
 
@@ -135,6 +142,7 @@ class Resolver:
         )
         self.control = app.topic(self.topics.control, **raw)
         self.dag_runs = app.topic(self.topics.dag_runs, **raw)
+        self.poison = app.topic(self.topics.poison, **raw)
         progress_table, shapes_table = TABLES
         self.progress = app.Table(
             progress_table, default=None, partitions=self.partitions, help="run → progress"
@@ -159,11 +167,12 @@ class Resolver:
                 record = self.codec.decode(
                     event_type or "", event.value, topic=topic, partition=message.partition
                 )
-            except DecodeError as exc:
-                metrics.BAD_RECORDS.labels(topic=topic).inc()
-                log.warning("undecodable record skipped: %s", exc, extra={"topic": topic})
+                run_id = _run_of(event_type, record)
+                if event_type == "dag_run" and run_id is not None:
+                    validate_dag({n["key"]: n["depends_on"] for n in record["nodes"]})
+            except (DecodeError, DuetimeError, KeyError, TypeError, ValueError) as exc:
+                await self._park(message, f"{type(exc).__name__}: {exc}")
                 continue
-            run_id = _run_of(event_type, record)
             if run_id is not None:
                 await self.by_run.send(
                     key=run_id.encode(),
@@ -180,8 +189,14 @@ class Resolver:
             if event_type == SWEEP:
                 self.sweep(event.message.partition, _now_ms())
                 continue
-            record = self.codec.decode(event_type, event.value, topic=event.message.topic)
-            actions = self.apply(run_id, event_type, record, _now_ms(), event.message.partition)
+            try:
+                record = self.codec.decode(event_type, event.value, topic=event.message.topic)
+                actions = self.apply(
+                    run_id, event_type, record, _now_ms(), event.message.partition
+                )
+            except (DuetimeError, KeyError, TypeError, ValueError) as exc:
+                await self._park(event.message, f"{type(exc).__name__}: {exc}")
+                continue
             for command in actions.commands:
                 metrics.COMMANDS.labels(kind=command["kind"]).inc()
                 await self.control.send(
@@ -201,6 +216,27 @@ class Resolver:
                 finished_ms = record.get("finished_at_ms")
                 if finished_ms and any(c["kind"] == "release" for c in actions.commands):
                     metrics.RELEASE_DELAY.observe(max(0, _now_ms() - finished_ms) / 1000)
+
+    async def _park(self, message: Any, error: str) -> None:
+        """Copy a record the resolver cannot use to the poison topic; the stream moves on."""
+        topic, partition, offset = message.topic, message.partition, message.offset
+        metrics.BAD_RECORDS.labels(topic=topic).inc()
+        log.warning(
+            "bad record sent to the poison topic: %s",
+            error,
+            extra={"topic": topic, "partition": partition, "offset": offset},
+        )
+        headers = poison_headers(
+            message.headers,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            error=error,
+            role="resolver",
+        )
+        await self.poison.send(
+            key=message.key, value=message.value, partition=partition, headers=headers
+        )
 
     def apply(
         self, run_id: str, event_type: str, record: dict[str, Any], now_ms: int, partition: int
