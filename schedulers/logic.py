@@ -124,6 +124,26 @@ def _move(state: Record, event: Event) -> None:
 # --- inputs ------------------------------------------------------------------------------
 
 
+def check_input(event_type: str, record: Record) -> None:
+    """Refuse a decodable input no producer of ours can have written: it goes to the poison
+    topic instead of being held or stored forever (job ids are UUIDs everywhere: the SDK and
+    the API check them; attempts count from 1; a result names a UUID execution)."""
+    _check_uuid(record, "job_id")
+    if event_type == "result":
+        _check_uuid(record, "execution_id")
+        if record["attempt"] < 1:
+            raise ValueError(f"attempt {record['attempt']} is not 1-based")
+        if record["lease_token"] < 0:
+            raise ValueError(f"lease_token {record['lease_token']} is negative")
+
+
+def _check_uuid(record: Record, name: str) -> None:
+    try:
+        uuid.UUID(record[name])
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{name} {record[name]!r} is not a UUID") from None
+
+
 def new_state(definition: Record, now_ms: int) -> Record:
     blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
     status = transition(None, Event.CREATE_BLOCKED if blocked else Event.CREATE)
