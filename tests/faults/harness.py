@@ -1,0 +1,781 @@
+"""The fault-campaign harness: a private broker and database, the roles as real processes, an
+HTTP sink, a read_committed recorder, and a history for the offline checker (``checker.py``).
+
+- :class:`FaultStack` starts its own Kafka broker and PostgreSQL on free ports under
+  ``.duetime/faults/<run>/`` (never the shared test stack), and can SIGKILL, SIGSTOP and
+  restart the broker and stop and start PostgreSQL. ``partition_dir`` puts the broker's topic
+  partitions elsewhere (a small tmpfs); the metadata log stays under the run directory.
+- :class:`Scenario` is one test on that stack: its own topic prefix and database, a
+  :class:`~tests.faults.history.History`, an :class:`HttpSink`, a :class:`Recorder`, and the
+  roles it started (:class:`RoleProc`). ``role_bootstrap`` / ``role_database_url`` are what
+  the roles are given (point them at a proxy to cut their traffic). ``finish()`` stops the
+  roles, audits the topics and the projection, and returns the checker's report.
+
+Nothing here is mocked: the roles are ``python -m duetime.cli <role>`` processes, each in
+its own process group, killed by the pid the harness holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from duetime.core.config import CommonSettings, Env
+from duetime.core.topics import Topics
+from duetime.infra.process import pid_alive
+from duetime.schemas.codec import Codec
+
+from .checker import Report, check
+from .history import History, now_ms
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULTS_HOME = ROOT / ".duetime" / "faults"
+RESULTS = ROOT / "bench" / "results"
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.2
+) -> Any:
+    """Poll until truthy; fail naming what we waited for (deadline, never a fixed sleep)."""
+    deadline = time.monotonic() + timeout_s
+    last = predicate()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+        last = predicate()
+    return last
+
+
+# --- the servers -----------------------------------------------------------------------------
+
+
+class FaultStack:
+    """A private broker and PostgreSQL for fault scenarios (their own ports and files)."""
+
+    def __init__(
+        self,
+        name: str = "stack",
+        *,
+        partition_dir: Path | None = None,
+        kafka_heap_mb: int = 768,
+        keep_data: bool = False,
+    ) -> None:
+        from duetime.infra.local_kafka import LocalKafka
+        from duetime.infra.local_postgres import LocalPostgres
+        from duetime.infra.process import free_port
+
+        self.home = FAULTS_HOME / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-{os.getpid()}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.kafka = LocalKafka(
+            self.home,
+            port=free_port(),
+            controller_port=free_port(),
+            heap_mb=kafka_heap_mb,
+            partition_dir=partition_dir,
+        )
+        self.postgres = LocalPostgres(self.home, port=free_port())
+        self.keep_data = keep_data
+        self._started = False
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap
+
+    def start(self) -> FaultStack:
+        self.kafka.ensure_jars()
+        self.kafka.start()
+        self.postgres.start()
+        self._started = True
+        return self
+
+    def close(self) -> None:
+        """Stop both servers (idempotent); drop their data unless ``keep_data``."""
+        if not self._started:
+            return
+        self._started = False
+        with contextlib.suppress(Exception):
+            self.kafka.stop(timeout_s=20)
+        with contextlib.suppress(Exception):
+            self.postgres.stop(timeout_s=20)
+        if not self.keep_data:
+            import shutil
+
+            for d in (self.kafka.data_dir, self.postgres.data_dir):
+                shutil.rmtree(d, ignore_errors=True)
+            if self.kafka.partition_dir is not None:
+                for child in self.kafka.partition_dir.iterdir():
+                    shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
+
+    # --- faults of the servers ----------------------------------------------------------
+
+    def kill_broker(self) -> None:
+        """SIGKILL the broker's process group and wait until it is gone."""
+        pid = self.kafka.pid
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pid), 30, f"broker pid {pid} to die")
+        self.kafka.pid_file.unlink(missing_ok=True)
+        self.kafka._proc = None
+
+    def pause_broker(self) -> None:
+        pid = self.kafka.pid
+        if pid is not None:
+            os.killpg(pid, signal.SIGSTOP)
+
+    def resume_broker(self) -> None:
+        pid = self.kafka.pid
+        if pid is not None:
+            os.killpg(pid, signal.SIGCONT)
+
+    def start_broker(self) -> float:
+        """Start the broker again on the same storage; seconds until it answered."""
+        return self.kafka.start(timeout_s=180)
+
+    def stop_postgres(self) -> None:
+        self.postgres.stop(timeout_s=30)
+
+    def start_postgres(self) -> float:
+        return self.postgres.start(timeout_s=120)
+
+    # --- scenarios ------------------------------------------------------------------------
+
+    def scenario(self, name: str, partitions: int = 6, **config: Any) -> Scenario:
+        """A fresh topic prefix and database on this stack, with a history and a sink."""
+        return Scenario(self, name, partitions, config)
+
+
+# --- roles as processes ----------------------------------------------------------------------
+
+
+class RoleProc:
+    """One role process (``python -m duetime.cli <argv>``) in its own process group."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_dir = log_dir
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = log_dir / f"{name}.log"
+        self.starts = 0
+
+    def start(self) -> RoleProc:
+        if self.running:
+            return self
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n--- harness: start #{self.starts} at {time.ctime()} ---\n".encode())
+            out.flush()
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "duetime.cli", *self.argv],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=str(ROOT),
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def _signal(self, sig: int) -> None:
+        if self.running and self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the process group and reap it."""
+        if self.process is None:
+            return
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(15)
+
+    def terminate(self, timeout_s: float = 60) -> int | None:
+        """SIGTERM, wait up to ``timeout_s`` for a clean exit, else SIGKILL."""
+        if self.process is None:
+            return None
+        if self.running:
+            self._signal(signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def restart(self) -> RoleProc:
+        self.kill()
+        return self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_count(self, needle: str) -> int:
+        return self.log().count(needle)
+
+
+# --- the HTTP sink ---------------------------------------------------------------------------
+
+
+class HttpSink:
+    """A downstream service on 127.0.0.1 that records every request in the history.
+
+    It answers 200 unless told otherwise; a job's payload may ask for ``sleep_s`` (answer
+    after sleeping: keeps executions in flight). Idempotency is judged by the checker from the
+    recorded keys, so the sink itself keeps only counters.
+    """
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.deliveries = 0
+        self.keys: set[str] = set()
+        self.lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b"{}"
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    body = {}
+                sink._handle(self, body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            # bursts of a few hundred calls at once: the default backlog of 5 refuses them
+            request_queue_size = 1024
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a killed worker resets its connections: expected, not news
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def _handle(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        key = handler.headers.get("Idempotency-Key", "")
+        payload = body.get("payload") if isinstance(body.get("payload"), dict) else {}
+        assert isinstance(payload, dict)
+        arrived_ms = now_ms()
+        time.sleep(float(payload.get("sleep_s", 0)))
+        status = 200
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Length", "2")
+            handler.end_headers()
+            handler.wfile.write(b"{}")
+        except OSError:
+            status = -1  # the worker went away before the answer: no effect
+        scheduled = body.get("scheduled_at")
+        self.history.add(
+            "delivery",
+            key=key,
+            job_id=handler.headers.get("X-Duetime-Job-Id", ""),
+            attempt=int(handler.headers.get("X-Duetime-Attempt") or 0),
+            scheduled_at_ms=_iso_ms(scheduled) if isinstance(scheduled, str) else None,
+            status=status,
+            at_ms=arrived_ms,
+            answered_ms=now_ms(),
+        )
+        with self.lock:
+            self.deliveries += 1
+            if status == 200:
+                self.keys.add(key)
+
+    def effects(self) -> int:
+        with self.lock:
+            return len(self.keys)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _iso_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+# --- the read_committed recorder ---------------------------------------------------------------
+
+
+class Recorder:
+    """A read_committed consumer beside the roles: every execution request and result it sees
+    goes into the history with its topic, partition and offset."""
+
+    def __init__(self, settings: CommonSettings, history: History) -> None:
+        self.history = history
+        self.topics = Topics(settings.topic_prefix)
+        self.codec = Codec()
+        self.requests = 0
+        self.executions: set[str] = set()
+        self.results: dict[str, str] = {}
+        self.undecodable = 0
+        self.positions: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": f"fault-recorder-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "log_level": 3,
+            }
+        )
+        names = [*self.topics.executions, self.topics.results]
+        md = self.consumer.list_topics(timeout=30)
+        self.consumer.assign(
+            [TopicPartition(t, p, 0) for t in names for p in md.topics[t].partitions]
+        )
+        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = self.consumer.consume(1000, 0.2)
+            except KafkaException:
+                time.sleep(0.2)
+                continue
+            for msg in batch:
+                if msg.error():
+                    continue
+                self._record(msg)
+
+    def _record(self, msg: Any) -> None:
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        with self._lock:
+            self.positions[(topic, partition)] = offset + 1
+        where = {"topic": topic, "partition": partition, "offset": offset}
+        is_result = topic == self.topics.results
+        try:
+            record = self.codec.decode("result" if is_result else "execution", msg.value() or b"")
+        except Exception as exc:
+            self.undecodable += 1
+            self.history.add("undecodable", **where, error=str(exc)[:200])
+            return
+        if is_result:
+            self.history.add(
+                "result",
+                **where,
+                **{
+                    k: record.get(k)
+                    for k in (
+                        "execution_id", "job_id", "attempt", "status", "worker_id",
+                        "lease_token", "scheduled_at_ms", "started_at_ms", "finished_at_ms",
+                    )
+                },
+            )  # fmt: skip
+            with self._lock:
+                self.results[record["execution_id"]] = record["status"]
+            return
+        self.history.add(
+            "request",
+            **where,
+            **{
+                k: record.get(k)
+                for k in (
+                    "execution_id", "job_id", "attempt", "scheduled_at_ms", "due_at_ms",
+                    "emitted_at_ms", "trigger",
+                )
+            },
+        )  # fmt: skip
+        with self._lock:
+            self.requests += 1
+            self.executions.add(record["execution_id"])
+
+    def seen_jobs(self) -> int:
+        return self.requests
+
+    def final_statuses(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self.results)
+
+    def caught_up_to(self, ends: dict[tuple[str, int], int]) -> bool:
+        with self._lock:
+            return all(self.positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+
+
+# --- one scenario ----------------------------------------------------------------------------
+
+
+class Scenario:
+    """One test on a :class:`FaultStack`: topics, database, history, sink, recorder, roles."""
+
+    def __init__(
+        self, stack: FaultStack, name: str, partitions: int, config: dict[str, Any]
+    ) -> None:
+        from duetime.infra.migrate import migrate
+        from duetime.infra.topics import create_topics
+
+        self.stack = stack
+        self.name = name
+        run = uuid.uuid4().hex[:8]
+        self.dir = stack.home / f"{name}-{run}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        db = f"f_{name.replace('-', '_')}_{run}"
+        stack.postgres.create_database(db)
+        self.settings = replace(
+            CommonSettings.from_env(Env({})),
+            bootstrap_servers=stack.bootstrap,
+            database_url=stack.postgres.url(db),
+            topic_prefix=f"f{run}.",
+            partitions=partitions,
+            instance_id=f"harness-{run}",
+        )
+        self.topics = Topics(self.settings.topic_prefix)
+        create_topics(stack.bootstrap, self.topics.specs(partitions))
+        migrate(self.settings.database_url)
+        self.role_bootstrap = stack.bootstrap
+        """What roles are told the broker is (point it at a proxy to cut their traffic)."""
+        self.role_database_url = self.settings.database_url
+        self.history = History(self.dir / "history.jsonl")
+        self.history.add("config", scenario=name, partitions=partitions, **config)
+        self.sink = HttpSink(self.history)
+        self.recorder = Recorder(self.settings, self.history)
+        self.roles: dict[str, RoleProc] = {}
+        self.report: Report | None = None
+
+    # --- roles ----------------------------------------------------------------------------
+
+    def role_env(self, name: str, **extra: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DUETIME_KAFKA_BOOTSTRAP": self.role_bootstrap,
+            "DUETIME_DATABASE_URL": self.role_database_url,
+            "DUETIME_TOPIC_PREFIX": self.settings.topic_prefix,
+            "DUETIME_PARTITIONS": str(self.settings.partitions),
+            "DUETIME_LOG_LEVEL": "INFO",
+            "DUETIME_INSTANCE_ID": name,
+            "DUETIME_SCHEDULER_STATE_DIR": str(self.dir / "state" / name),
+        }
+        env.update(extra)
+        return env
+
+    def start_role(self, kind: str, name: str | None = None, *args: str, **env: str) -> RoleProc:
+        """Start ``duetime <kind> [args]`` as ``name`` (default: kind-N) with extra env."""
+        name = name or f"{kind}-{sum(1 for r in self.roles.values() if r.argv[0] == kind) + 1}"
+        role = RoleProc(name, [kind, *args], self.role_env(name, **env), self.dir / "logs")
+        self.roles[name] = role
+        return role.start()
+
+    def of_kind(self, kind: str) -> list[RoleProc]:
+        return [r for r in self.roles.values() if r.argv[0] == kind]
+
+    def schedulers_own_all(self, members: int, timeout_s: float = 90) -> None:
+        """Wait until ``members`` schedulers share every partition (a stable group)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
+        group = f"{self.settings.topic_prefix}schedulers"
+        jobs_topic = self.topics.jobs
+
+        def ready() -> bool:
+            try:
+                # a first call on a fresh broker can hang for the default 60 s: ask again instead
+                desc = admin.describe_consumer_groups([group], request_timeout=5)[group].result()
+            except Exception:
+                return False
+            if str(desc.state).split(".")[-1] != "STABLE" or len(desc.members) != members:
+                return False
+            owned = {
+                tp.partition
+                for m in desc.members
+                for tp in m.assignment.topic_partitions
+                if tp.topic == jobs_topic
+            }
+            return owned == set(range(self.settings.partitions))
+
+        wait_for(ready, timeout_s, f"{members} schedulers to own all partitions", 0.5)
+
+    def workers_assigned(self, timeout_s: float = 90) -> None:
+        for w in self.of_kind("worker"):
+            wait_for(lambda w=w: "assigned" in w.log(), timeout_s, f"{w.name}'s assignment")  # type: ignore[misc]
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def job_client(self) -> Any:
+        from duetime.producers.sdk import JobClient
+
+        return JobClient(settings=self.settings)
+
+    def record_job(
+        self,
+        created: Any,
+        expect_ms: list[int] | None,
+        *,
+        exact: bool = False,
+    ) -> None:
+        d = created.definition
+        self.history.add(
+            "job",
+            job_id=created.job_id,
+            name=d["name"],
+            expect_ms=expect_ms,
+            exact=exact,
+            misfire=d["misfire"],
+            overlap=d["overlap"],
+        )
+
+    @contextlib.contextmanager
+    def fault(self, name: str) -> Iterator[dict[str, Any]]:
+        """Record a fault: its start when entered, its end (healed) when left."""
+        info: dict[str, Any] = {"name": name, "start_ms": now_ms()}
+        try:
+            yield info
+        finally:
+            info["end_ms"] = now_ms()
+            self.history.add("fault", **info)
+
+    def mark_fault(self, name: str, start_ms: int, end_ms: int | None = None, **extra: Any) -> None:
+        self.history.add("fault", name=name, start_ms=start_ms, end_ms=end_ms or start_ms, **extra)
+
+    # --- the end: audit and check ---------------------------------------------------------
+
+    def finish(
+        self,
+        *,
+        settle_s: float = 90,
+        statuses: bool = True,
+        stop_roles: bool = True,
+    ) -> Report:
+        """Stop the roles, audit the logs and the projection, and check the history."""
+        if stop_roles:
+            for role in self.roles.values():
+                role.terminate(timeout_s=30)
+        self._audit_topics(settle_s)
+        if statuses:
+            self._record_statuses()
+        self.recorder.close()
+        self.report = check(self.history.events())
+        return self.report
+
+    def _audit_topics(self, settle_s: float) -> None:
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
+        names = self.topics.executions
+        tps = [TopicPartition(t, p) for t in names for p in range(self.settings.partitions)]
+
+        def ends(level: Any) -> dict[tuple[str, int], int]:
+            futures = admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in tps}, isolation_level=level, request_timeout=30
+            )
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+        # 1. hanging transactions: the last stable offset must catch up with the high watermark
+        lso_rows: list[dict[str, Any]] = []
+        deadline = time.monotonic() + settle_s
+        while True:
+            high = ends(IsolationLevel.READ_UNCOMMITTED)
+            stable = ends(IsolationLevel.READ_COMMITTED)
+            behind = {tp for tp in high if stable[tp] < high[tp]}
+            if not behind or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        for tp in high:
+            row = {"topic": tp[0], "partition": tp[1], "lso": stable[tp], "high": high[tp]}
+            lso_rows.append({**row, "settled": stable[tp] >= high[tp]})
+        # 2. the recorder has read everything committed
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: self.recorder.caught_up_to(stable), 60, "the recorder to catch up")
+        # 3. which offsets hold records of aborted transactions
+        uncommitted = _read_offsets(self.settings.bootstrap_servers, high, "read_uncommitted")
+        committed = _read_offsets(self.settings.bootstrap_servers, stable, "read_committed")
+        aborted = [
+            [t, p, o]
+            for (t, p), offs in uncommitted.items()
+            for o in sorted(offs - committed[(t, p)])
+        ]
+        self.history.add(
+            "audit",
+            lso=lso_rows,
+            aborted=aborted,
+            uncommitted=[[t, p, sorted(o)] for (t, p), o in uncommitted.items()],
+        )
+
+    def _record_statuses(self, timeout_s: float = 90) -> None:
+        """Final execution statuses from the projection, once it holds every execution."""
+        import psycopg
+
+        want = set(self.recorder.executions)
+        rows: list[tuple[Any, ...]] = []
+
+        def complete() -> bool:
+            nonlocal rows
+            try:
+                with psycopg.connect(self.settings.database_url, connect_timeout=5) as conn:
+                    rows = conn.execute(
+                        "SELECT execution_id::text, job_id::text, scheduled_at, status, attempt "
+                        "FROM executions"
+                    ).fetchall()
+            except psycopg.Error:
+                return False
+            got = {r[0]: r[3] for r in rows}
+            return want <= set(got) and all(
+                got[e] in ("success", "dead", "skipped", "cancelled") for e in want
+            )
+
+        projectors = [r for r in self.of_kind("projector")]
+        if projectors:
+            # the projector was stopped with the roles: run one more until it has caught up
+            catch_up = RoleProc(
+                "projector-final",
+                ["projector", "--until-caught-up"],
+                self.role_env("projector-final"),
+                self.dir / "logs",
+            ).start()
+            try:
+                assert catch_up.process is not None
+                catch_up.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                catch_up.kill()
+        with contextlib.suppress(AssertionError):
+            wait_for(complete, 10 if projectors else 0.1, "the projection to hold every execution")
+        for execution_id, job_id, scheduled_at, status, attempt in rows:
+            self.history.add(
+                "status",
+                execution_id=execution_id,
+                job_id=job_id,
+                scheduled_at_ms=int(scheduled_at.timestamp() * 1000),
+                status=status,
+                attempt=attempt,
+            )
+
+    def close(self) -> None:
+        """Kill whatever still runs and stop the sink (idempotent; call in a finalizer)."""
+        for role in self.roles.values():
+            role.kill()
+        with contextlib.suppress(Exception):
+            self.recorder.close()
+        with contextlib.suppress(Exception):
+            self.sink.close()
+        self.history.close()
+
+
+def _read_offsets(
+    bootstrap: str, ends: dict[tuple[str, int], int], isolation: str, timeout_s: float = 120
+) -> dict[tuple[str, int], set[int]]:
+    """The offsets of the data records in [0, end) of each partition at this isolation level."""
+    out: dict[tuple[str, int], set[int]] = {tp: set() for tp in ends}
+    todo = {tp: end for tp, end in ends.items() if end > 0}
+    if not todo:
+        return out
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"fault-audit-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(t, p, 0) for (t, p) in todo])
+        done: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(done) < len(todo) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                tp = (str(msg.topic()), msg.partition() or 0)
+                error = msg.error()
+                if error is not None:
+                    # end of partition: as far as this isolation level can read (the ends
+                    # were taken with the roles stopped, so nothing is written after them)
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        done.add(tp)
+                    continue
+                offset = msg.offset() or 0
+                out[tp].add(offset)
+                if offset >= todo[tp] - 1:
+                    done.add(tp)
+    finally:
+        consumer.close()
+    return out
+
+
+# --- results -------------------------------------------------------------------------------------
+
+
+def write_figures(name: str, report: Report, size: str, config: dict[str, Any]) -> Path:
+    """``bench/results/faults-<name>.json``: the report's figures with the machine record."""
+    from bench.common import machine
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {
+        **report.figures(),
+        "size": size,
+        "config": config,
+        "machine": machine(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path = RESULTS / f"faults-{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def size() -> str:
+    """``ci`` (default) or ``full`` (``DUETIME_FAULTS_SIZE=full``, set by ``./run faults``)."""
+    value = os.environ.get("DUETIME_FAULTS_SIZE", "ci")
+    if value not in ("ci", "full"):
+        raise ValueError(f"DUETIME_FAULTS_SIZE={value!r} must be ci or full")
+    return value
+
+
+def utc_ms(dt: datetime) -> int:
+    return int(dt.astimezone(UTC).timestamp() * 1000)
