@@ -12,11 +12,12 @@ from duetime.producers.sdk import dag_trigger_job_id
 
 from . import store
 from .deps import Res, Resources, parse_id, read_json
-from .pagination import decode_cursor, encode_cursor
+from .pagination import decode_cursor, page_of
 from .schemas import (
     DAG_SCHEMA,
     DagCreatedOut,
     DagOut,
+    DagPage,
     DagRunPage,
     DagTriggeredOut,
     errors,
@@ -87,6 +88,55 @@ async def _dag(res: Resources, dag_id: str) -> dict[str, Any]:
     return row
 
 
+@router.get(
+    "/dags",
+    response_model=DagPage,
+    responses=errors(400, 401),
+    summary="list DAGs, newest first, each with its latest run",
+)
+async def list_dags(
+    res: Res,
+    name_contains: str | None = Query(
+        None, min_length=1, max_length=200, description="name contains this (case-insensitive)"
+    ),
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=200),
+) -> dict[str, Any]:
+    after = decode_cursor(cursor)
+    async with res.pool.connection() as conn:
+        rows = await store.list_dags(
+            conn, name_contains=name_contains, after=after, limit=limit + 1
+        )
+    return page_of(rows, limit, ("created_at", "dag_id"), _dag_summary)
+
+
+def _dag_summary(row: dict[str, Any]) -> dict[str, Any]:
+    run = row["last_run"]
+    if run is not None:
+        key_of_job = {n["job_id"]: n["key"] for n in row["nodes"]}
+        run = _run_out({**run, "_execution_statuses": {}}, key_of_job)
+    return {
+        "dag_id": str(row["dag_id"]),
+        "name": row["name"],
+        "schedule": row["schedule"],
+        "overlap": row["overlap"],
+        "node_count": len(row["nodes"]),
+        "created_at": row["created_at"],
+        "last_run": run,
+    }
+
+
+def _run_out(r: dict[str, Any], key_of_job: dict[str, str]) -> dict[str, Any]:
+    return {
+        "dag_run_id": r["dag_run_id"],
+        "dag_id": str(r["dag_id"]),
+        "status": r["status"],
+        "started_at": r["started_at"],
+        "finished_at": r["finished_at"],
+        "node_statuses": store.node_statuses(r, key_of_job),
+    }
+
+
 @router.get("/dags/{dag_id}", response_model=DagOut, responses=errors(401, 404), summary="a DAG")
 async def get_dag(dag_id: str, res: Res) -> dict[str, Any]:
     dag_id = parse_id(dag_id, "dag")
@@ -122,25 +172,7 @@ async def list_runs(
     key_of_job = {n["job_id"]: n["key"] for n in dag["nodes"]}
     async with res.pool.connection() as conn:
         runs = await store.list_dag_runs(conn, dag_id, after, limit + 1)
-    more = len(runs) > limit
-    runs = runs[:limit]
-    next_cursor = (
-        encode_cursor(runs[-1]["started_at"], runs[-1]["dag_run_id"]) if more and runs else None
-    )
-    return {
-        "items": [
-            {
-                "dag_run_id": r["dag_run_id"],
-                "dag_id": str(r["dag_id"]),
-                "status": r["status"],
-                "started_at": r["started_at"],
-                "finished_at": r["finished_at"],
-                "node_statuses": store.node_statuses(r, key_of_job),
-            }
-            for r in runs
-        ],
-        "next_cursor": next_cursor,
-    }
+    return page_of(runs, limit, ("started_at", "dag_run_id"), lambda r: _run_out(r, key_of_job))
 
 
 @router.post(

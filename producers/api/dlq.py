@@ -13,8 +13,16 @@ from duetime.core.jobspec import parse_uuid
 
 from . import convert, store
 from .deps import Res, Resources, parse_id, read_json
-from .pagination import decode_cursor, encode_cursor
-from .schemas import DLQ_FILTER_SCHEMA, DeadLetterPage, ReplayOut, errors, request_body
+from .pagination import decode_cursor, page_of
+from .schemas import (
+    DLQ_FILTER_SCHEMA,
+    REPLAY_PROGRESS_SCHEMA,
+    DeadLetterPage,
+    ReplayOut,
+    ReplayProgressOut,
+    errors,
+    request_body,
+)
 
 router = APIRouter()
 MAX_BULK = 10_000
@@ -35,6 +43,8 @@ async def list_dlq(
     job_id: str | None = Query(None, max_length=64),
     limit: int = Query(100, ge=1, le=500),
     cursor: str | None = Query(None, max_length=200),
+    name: str | None = Query(None, max_length=200, description="the job's name, exactly"),
+    include_replayed: bool = Query(True, description="false: only those not replayed yet"),
 ) -> dict[str, Any]:
     from .pagination import BadRequest
 
@@ -45,13 +55,15 @@ async def list_dlq(
             raise BadRequest(exc.message, details={"field": "job_id"}) from None
     after = decode_cursor(cursor)
     async with res.pool.connection() as conn:
-        rows = await store.list_dead_letters(conn, job_id=job_id, after=after, limit=limit + 1)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = (
-        encode_cursor(rows[-1]["dead_at"], str(rows[-1]["execution_id"])) if more and rows else None
-    )
-    return {"items": [convert.dead_letter_out(r) for r in rows], "next_cursor": next_cursor}
+        rows = await store.list_dead_letters(
+            conn,
+            job_id=job_id,
+            name=name,
+            include_replayed=include_replayed,
+            after=after,
+            limit=limit + 1,
+        )
+    return page_of(rows, limit, ("dead_at", "execution_id"), convert.dead_letter_out)
 
 
 async def _replay(res: Resources, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -168,3 +180,52 @@ async def replay_many(request: Request, res: Res) -> dict[str, Any]:
             limit=flt["limit"],
         )
     return await _replay(res, rows)
+
+
+# how far a replay execution's scheduled time (the scheduler's clock) may lie before the
+# replay's mark (the API's clock) and still count as that replay's
+CLOCK_SKEW_S = 5.0
+_FINISHED = {"success": "succeeded", "dead": "dead", "skipped": "other", "cancelled": "other"}
+
+
+@router.post(
+    "/dlq/replay-progress",
+    response_model=ReplayProgressOut,
+    responses=errors(400, 401, 413, 422),
+    openapi_extra=request_body(REPLAY_PROGRESS_SCHEMA),
+    summary="where the replays of these dead letters are: succeeded, dead again, running",
+)
+async def replay_progress(request: Request, res: Res) -> dict[str, Any]:
+    body = await read_json(request, res.settings.max_body_bytes)
+    ids = body.get("execution_ids") if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BULK:
+        raise ValidationError(
+            f"execution_ids must be a list of 1 to {MAX_BULK} execution ids",
+            field="execution_ids",
+        )
+    unknown = sorted(set(body) - {"execution_ids"})
+    if unknown:
+        raise ValidationError(f"unknown field(s): {', '.join(unknown)}", field=unknown[0])
+    wanted = sorted({parse_uuid(x, "execution_ids") for x in ids})
+    async with res.pool.connection() as conn:
+        replayed, rows = await store.replay_executions(conn, wanted, CLOCK_SKEW_S)
+    counts = {"succeeded": 0, "dead": 0, "other": 0}
+    for r in rows:
+        if r["status"] in _FINISHED:
+            counts[_FINISHED[r["status"]]] += 1
+    finished = sum(counts.values())
+    return {
+        "requested": len(wanted),
+        "replayed": replayed,
+        "started": len(rows),
+        **counts,
+        "in_progress": replayed - finished,
+        "executions": [
+            {
+                "execution_id": str(r["execution_id"]),
+                "job_id": str(r["job_id"]),
+                "status": r["status"],
+            }
+            for r in rows
+        ],
+    }

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
 from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
 from duetime.core.jobspec import job_to_api
+from duetime.core.schedule import OneTime, next_fire, parse_schedule
 
 from . import convert, store
 from .deps import Res, Resources, parse_id, read_json
-from .pagination import decode_cursor, encode_cursor
+from .pagination import decode_cursor, page_of
 from .schemas import (
     JOB_SCHEMA,
     CommandOut,
@@ -20,6 +22,7 @@ from .schemas import (
     JobCreatedOut,
     JobOut,
     JobPage,
+    NextRunsOut,
     Priority,
     Status,
     errors,
@@ -94,18 +97,22 @@ async def list_jobs(
     name: str | None = Query(None, max_length=200),
     limit: int = Limit,
     cursor: str | None = Cursor,
+    name_contains: str | None = Query(
+        None, min_length=1, max_length=200, description="name contains this (case-insensitive)"
+    ),
 ) -> dict[str, Any]:
     after = decode_cursor(cursor)
     async with res.pool.connection() as conn:
         rows = await store.list_jobs(
-            conn, status=status, priority=priority, name=name, after=after, limit=limit + 1
+            conn,
+            status=status,
+            priority=priority,
+            name=name,
+            after=after,
+            limit=limit + 1,
+            name_contains=name_contains,
         )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = (
-        encode_cursor(rows[-1]["created_at"], str(rows[-1]["job_id"])) if more and rows else None
-    )
-    return {"items": [convert.job_out(r) for r in rows], "next_cursor": next_cursor}
+    return page_of(rows, limit, ("created_at", "job_id"), convert.job_out)
 
 
 # which projected statuses a command cannot change (409): the scheduler would ignore it
@@ -171,6 +178,41 @@ for _kind in ("cancel", "pause", "resume", "trigger"):
 
 
 @router.get(
+    "/jobs/{job_id}/next_runs",
+    response_model=NextRunsOut,
+    responses=errors(400, 401, 404),
+    summary="the job's next fire times from its schedule (none while cancelled or finished)",
+)
+async def next_runs(
+    job_id: str, res: Res, count: int = Query(5, ge=1, le=100, description="how many")
+) -> dict[str, Any]:
+    job_id = parse_id(job_id, "job")
+    async with res.pool.connection() as conn:
+        row = await store.get_job(conn, job_id)
+    if row is None:
+        raise NotFound(f"no job {job_id}", details={"job_id": job_id})
+    return {"job_id": job_id, "next_runs": _next_runs(row, count, datetime.now(UTC))}
+
+
+def _next_runs(row: dict[str, Any], count: int, now: datetime) -> list[datetime]:
+    """From the scheduler's next wake-up, then the schedule's own math; a paused cron job
+    shows what resuming now would give (its misfire policy aside)."""
+    if row["schedule"] is None or row["status"] == "cancelled":
+        return []
+    schedule = parse_schedule(row["schedule"])
+    first = row["next_run_at"]
+    if first is None:
+        if row["status"] != "paused" or isinstance(schedule, OneTime):
+            return []
+        first = next_fire(schedule, now)
+    runs: list[datetime] = []
+    while first is not None and len(runs) < count:
+        runs.append(first)
+        first = next_fire(schedule, first)
+    return runs
+
+
+@router.get(
     "/jobs/{job_id}/executions",
     response_model=ExecutionPage,
     responses=errors(400, 401, 404),
@@ -188,14 +230,7 @@ async def list_executions(
         if await store.job_status(conn, job_id) is None:
             raise NotFound(f"no job {job_id}", details={"job_id": job_id})
         rows = await store.list_executions(conn, job_id, after, limit + 1)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    next_cursor = (
-        encode_cursor(rows[-1]["scheduled_at"], str(rows[-1]["execution_id"]))
-        if more and rows
-        else None
-    )
-    return {"items": [convert.execution_out(r) for r in rows], "next_cursor": next_cursor}
+    return page_of(rows, limit, ("scheduled_at", "execution_id"), convert.execution_out)
 
 
 @router.get(

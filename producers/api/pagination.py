@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from duetime.core.errors import DuetimeError
 
@@ -36,3 +38,18 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, str] | None:
         raise BadRequest(
             "cursor is not one this API handed out", details={"field": "cursor"}
         ) from None
+
+
+def page_of(
+    rows: Sequence[Mapping[str, Any]],
+    limit: int,
+    sort_keys: tuple[str, str],
+    item: Callable[[Any], Any],
+) -> dict[str, Any]:
+    """A list route's answer from rows fetched with ``limit + 1`` (one more tells whether a
+    next page exists); ``sort_keys`` names the rows' keyset columns (timestamp, id)."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    ts, key = sort_keys
+    cursor = encode_cursor(rows[-1][ts], str(rows[-1][key])) if more and rows else None
+    return {"items": [item(r) for r in rows], "next_cursor": cursor}

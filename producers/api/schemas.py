@@ -104,6 +104,11 @@ class JobPage(BaseModel):
     next_cursor: str | None
 
 
+class NextRunsOut(BaseModel):
+    job_id: str
+    next_runs: list[datetime]
+
+
 class ExecutionPage(BaseModel):
     items: list[ExecutionOut]
     next_cursor: str | None
@@ -137,6 +142,26 @@ class ReplayOut(BaseModel):
     execution_ids: list[str]
     skipped: list[dict[str, Any]] = Field(
         default_factory=list, description="dead letters not replayed, with the reason"
+    )
+
+
+class ReplayedExecutionOut(BaseModel):
+    execution_id: str
+    job_id: str
+    status: str
+
+
+class ReplayProgressOut(BaseModel):
+    requested: int = Field(description="dead letters asked about")
+    replayed: int = Field(description="of them, marked replayed")
+    started: int = Field(description="replay executions that exist (emitted by a scheduler)")
+    succeeded: int
+    dead: int = Field(description="replays that died again")
+    other: int = Field(description="replays that ended skipped or cancelled")
+    in_progress: int = Field(description="replayed, not finished yet (including not started)")
+    executions: list[ReplayedExecutionOut] = Field(
+        description="the replay executions, oldest first (a replay is a new execution of the "
+        "same job, trigger 'replay')"
     )
 
 
@@ -180,6 +205,58 @@ class DagRunPage(BaseModel):
 class DagTriggeredOut(BaseModel):
     dag_id: str
     dag_run_id: str
+
+
+class DagSummaryOut(BaseModel):
+    dag_id: str
+    name: str
+    schedule: dict[str, Any] | None
+    overlap: str
+    node_count: int
+    created_at: datetime
+    last_run: DagRunOut | None = None
+
+
+class DagPage(BaseModel):
+    items: list[DagSummaryOut]
+    next_cursor: str | None
+
+
+class OverviewOut(BaseModel):
+    jobs_total: int
+    jobs_by_status: dict[str, int]
+    dlq_depth: int = Field(description="dead letters not replayed")
+    dlq_total: int
+    at: datetime
+
+
+class ExecutionBucketOut(BaseModel):
+    start: datetime
+    outcomes: dict[str, int] = Field(description="executions finished in the bucket, by status")
+    started: int = Field(description="executions scheduled in the bucket that have started")
+    lateness_p50_ms: float | None
+    lateness_p99_ms: float | None
+
+
+class ExecutionStatsOut(BaseModel):
+    window_s: int
+    bucket_s: int
+    at: datetime
+    buckets: list[ExecutionBucketOut]
+
+
+class PriorityLagOut(BaseModel):
+    priority: Priority
+    topic: str
+    end_offset: int
+    committed_offset: int
+    lag: int
+
+
+class ConsumerLagOut(BaseModel):
+    group: str
+    at: datetime
+    priorities: list[PriorityLagOut]
 
 
 class Health(BaseModel):
@@ -326,6 +403,23 @@ DLQ_FILTER_SCHEMA: dict[str, Any] = {
         "until": {"type": ["string", "null"], "format": "date-time", "description": "dead before"},
         "include_replayed": {"type": "boolean", "default": False},
         "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+    },
+    "additionalProperties": False,
+}
+
+
+REPLAY_PROGRESS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "ReplayProgressQuery",
+    "required": ["execution_ids"],
+    "properties": {
+        "execution_ids": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 10000,
+            "items": {"type": "string", "format": "uuid"},
+            "description": "dead letters whose replays to follow (from a replay's answer)",
+        }
     },
     "additionalProperties": False,
 }

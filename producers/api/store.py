@@ -108,6 +108,7 @@ async def list_jobs(
     name: str | None,
     after: tuple[datetime, str] | None,
     limit: int,
+    name_contains: str | None = None,
 ) -> list[Row]:
     where: list[str] = []
     args: list[Any] = []
@@ -115,6 +116,9 @@ async def list_jobs(
         if value is not None:
             where.append(f"j.{col} = %s")
             args.append(value)
+    if name_contains is not None:
+        where.append("j.name ILIKE %s")
+        args.append(f"%{_like_escape(name_contains)}%")
     if after is not None:
         where.append("(j.created_at, j.job_id) < (%s, %s)")
         args += [after[0], after[1]]
@@ -201,6 +205,39 @@ async def get_dead_letter(conn: AsyncConnection[Any], execution_id: str) -> Row 
         return await cur.fetchone()
 
 
+async def replay_executions(
+    conn: AsyncConnection[Any], execution_ids: Sequence[str], skew_s: float
+) -> tuple[int, list[Row]]:
+    """(how many of these dead letters are marked replayed, the executions their replays
+    started). A replay runs as a new execution of the same job (trigger ``replay``), with
+    no link back to the dead one: per job, the first k replay executions scheduled at or
+    after the replays' mark (less ``skew_s`` of clock skew between the API and the
+    scheduler) answer its k replayed dead letters."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "WITH d AS (SELECT job_id, count(*) AS n, min(replayed_at) AS since "
+            "FROM dead_letters WHERE execution_id = ANY(%s::uuid[]) AND replayed_at IS NOT NULL "
+            "GROUP BY job_id), "
+            "r AS (SELECT e.*, d.n, row_number() OVER (PARTITION BY e.job_id "
+            "ORDER BY e.scheduled_at, e.execution_id) AS k FROM d JOIN executions e "
+            "ON e.job_id = d.job_id AND e.trigger = 'replay' "
+            "AND e.scheduled_at >= d.since - make_interval(secs => %s)) "
+            "SELECT (SELECT coalesce(sum(n), 0) FROM d)::int AS replayed, r.* FROM r "
+            "WHERE k <= n ORDER BY scheduled_at",
+            (list(execution_ids), skew_s),
+        )
+        rows = await cur.fetchall()
+        if rows:
+            return int(rows[0]["replayed"]), rows
+        await cur.execute(
+            "SELECT count(*) AS n FROM dead_letters "
+            "WHERE execution_id = ANY(%s::uuid[]) AND replayed_at IS NOT NULL",
+            (list(execution_ids),),
+        )
+        row = await cur.fetchone()
+        return (0 if row is None else int(row["n"])), []
+
+
 async def statuses(conn: AsyncConnection[Any], job_ids: Sequence[str]) -> dict[str, str]:
     cur = await conn.execute(
         "SELECT job_id::text, status FROM jobs WHERE job_id = ANY(%s::uuid[])", (list(job_ids),)
@@ -232,6 +269,40 @@ async def get_dag(conn: AsyncConnection[Any], dag_id: str) -> Row | None:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute("SELECT * FROM dags WHERE dag_id = %s", (dag_id,))
         return await cur.fetchone()
+
+
+async def list_dags(
+    conn: AsyncConnection[Any],
+    *,
+    name_contains: str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Row]:
+    """DAGs newest first, each with its latest run (``last_run``, a row as JSON, or None)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if name_contains is not None:
+        where.append("d.name ILIKE %s")
+        args.append(f"%{_like_escape(name_contains)}%")
+    if after is not None:
+        where.append("(d.created_at, d.dag_id) < (%s, %s)")
+        args += [after[0], after[1]]
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            f"SELECT d.*, r.last_run FROM (SELECT * FROM dags d {clause} "
+            "ORDER BY d.created_at DESC, d.dag_id DESC LIMIT %s) d "
+            "LEFT JOIN LATERAL (SELECT to_jsonb(x) AS last_run FROM dag_runs x "
+            "WHERE x.dag_id = d.dag_id ORDER BY x.started_at DESC, x.dag_run_id DESC LIMIT 1"
+            ") r ON true ORDER BY d.created_at DESC, d.dag_id DESC",
+            [*args, limit],
+        )
+        return await cur.fetchall()
+
+
+def _like_escape(text: str) -> str:
+    """``text`` matched literally inside an ILIKE pattern (backslash is the default escape)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 async def list_dag_runs(
