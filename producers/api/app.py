@@ -24,7 +24,7 @@ from duetime.core import kafka
 from duetime.core.config import Env
 from duetime.producers.sdk import JobClient
 
-from . import dags, dlq, errors, jobs, metrics, stats
+from . import dags, dlq, errors, jobs, metrics, stats, ui
 from .deps import Res, Resources, no_unknown_query, require_token
 from .schemas import ErrorBody, Health
 from .settings import ApiSettings
@@ -73,6 +73,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     v1.include_router(stats.router, tags=["stats"])
     app.include_router(v1)
     _operations(app)
+    ui.install(app)
 
     app.add_middleware(ObserveRequests)
     return app

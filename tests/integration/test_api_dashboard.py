@@ -1,6 +1,7 @@
 """The REST routes the web dashboard reads (issue 9), against the real broker and database:
 figures (/v1/stats/...), DAG list, name search, next runs, the dead-letter filters and the
-progress of a replay."""
+progress of a replay; and the dashboard's own files (served without a token, with a strict
+Content-Security-Policy)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,28 @@ def api(settings: CommonSettings) -> Iterator[RunningApi]:
     running = RunningApi(settings, tokens=(TOKEN,))
     yield running
     running.stop()
+
+
+def test_the_dashboard_is_served_from_the_package_without_a_token(api: RunningApi) -> None:
+    with api.client() as c:
+        root = c.get("/")
+        assert root.status_code in (302, 307) and root.headers["location"] == "/ui/"
+        page = c.get("/ui/")
+        assert page.status_code == 200 and 'src="app.js"' in page.text
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "script-src 'self'" in csp
+        assert "unsafe-inline" not in csp
+        for asset in ("app.js", "api.js", "dom.js", "charts.js", "graph.js", "style.css"):
+            r = c.get(f"/ui/{asset}")
+            assert r.status_code == 200, asset
+            assert r.headers["x-content-type-options"] == "nosniff"
+        js = c.get("/ui/pages/jobs.js")
+        assert js.status_code == 200 and "javascript" in js.headers["content-type"]
+        # nothing of the dashboard's code writes data as markup
+        for asset in ("app.js", "dom.js", "charts.js", "graph.js", "pages/jobs.js"):
+            assert "innerHTML" not in c.get(f"/ui/{asset}").text, asset
+        assert_error(c.get("/v1/stats/overview"), 401, "unauthorized")
+        assert c.get("/ui/../pyproject.toml").status_code == 404
 
 
 def test_search_by_name_is_literal_and_pages_on_the_server(api: RunningApi) -> None:

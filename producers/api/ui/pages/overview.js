@@ -1,0 +1,121 @@
+// Overview: jobs by status, executions per minute by outcome, start lateness p50/p99 over
+// time, dead-letter depth and consumer lag per priority, refreshed every 5 s.
+
+import { api } from "../api.js";
+import { hBars, lineChart, stackedBars } from "../charts.js";
+import { clear, fmtMs, fmtNum, h } from "../dom.js";
+import { go } from "../nav.js";
+
+const RANGES = {
+  "15m": { window_s: 900, bucket_s: 15, label: "15 min" },
+  "1h": { window_s: 3600, bucket_s: 60, label: "1 h" },
+  "6h": { window_s: 21600, bucket_s: 300, label: "6 h" },
+  "24h": { window_s: 86400, bucket_s: 900, label: "24 h" },
+};
+const STATUSES = ["pending", "queued", "running", "success", "failed", "dead", "blocked",
+  "skipped", "paused", "cancelled"];
+const PRIORITIES = ["critical", "high", "normal", "low"];
+const LAG_SAMPLES = 120;
+
+// consumer lag has no history on the server: the page keeps what it saw since it opened
+const lagHistory = [];
+
+function stat(label, value, extra = {}) {
+  const body = extra.href ? h("a", { href: extra.href }, value) : value;
+  return h("div", { class: `card stat ${extra.class || ""}`, "data-stat": extra.name },
+    h("div", { class: "stat-value" }, body), h("div", { class: "stat-label" }, label));
+}
+
+export async function overviewPage(page) {
+  const rangeKey = RANGES[page.query.get("range")] ? page.query.get("range") : "15m";
+  const range = RANGES[rangeKey];
+  const picker = h("div", { class: "segmented", role: "group", "aria-label": "time range" },
+    Object.entries(RANGES).map(([key, r]) => h("button", {
+      type: "button", class: key === rangeKey ? "on" : "",
+      onclick: () => go("/", { range: key }),
+    }, r.label)));
+  const stats = h("div", { class: "stats" });
+  const charts = h("div", { class: "grid2" });
+  page.root.append(h("div", { class: "title-row" }, h("h1", {}, "Overview"), picker), stats, charts);
+
+  await page.every(5000, async () => {
+    const [overview, series, lag] = await Promise.all([
+      api.overview(),
+      api.executionStats({ window_s: range.window_s, bucket_s: range.bucket_s }),
+      api.lag().catch(() => null), // Kafka briefly unreachable: the rest still shows
+    ]);
+    if (!page.alive) return;
+    page.okay();
+    if (lag) {
+      lagHistory.push({ t: Date.parse(lag.at), lag });
+      while (lagHistory.length > LAG_SAMPLES) lagHistory.shift();
+    }
+    draw(stats, charts, overview, series, lag, range);
+  });
+}
+
+function draw(stats, charts, overview, series, lag, range) {
+  const by = overview.jobs_by_status;
+  const perMinute = 60 / series.bucket_s;
+  const buckets = series.buckets.map((b) => ({ t: Date.parse(b.start), ...b }));
+  const finished = buckets.reduce((n, b) => n + b.outcomes.success + b.outcomes.failed
+    + b.outcomes.dead, 0);
+  const totalLag = lag ? lag.priorities.reduce((n, p) => n + p.lag, 0) : null;
+  clear(stats, 
+    stat("jobs", fmtNum(overview.jobs_total), { href: "#/jobs", name: "jobs" }),
+    stat("running", fmtNum(by.running || 0), { href: "#/jobs?status=running", name: "running" }),
+    stat(`executions finished (${range.label})`, fmtNum(finished), { name: "finished" }),
+    stat("dead letters to replay", fmtNum(overview.dlq_depth), {
+      href: "#/dlq", name: "dlq", class: overview.dlq_depth ? "warn" : "",
+    }),
+    stat("consumer lag", totalLag === null ? "—" : fmtNum(totalLag), { name: "lag" }),
+  );
+  clear(charts, 
+    stackedBars({
+      title: `Executions per minute by outcome (${range.label}, ${series.bucket_s} s buckets)`,
+      buckets: buckets.map((b) => ({
+        t: b.t,
+        values: Object.fromEntries(Object.entries(b.outcomes).map(([k, v]) => [k, v * perMinute])),
+      })),
+      keys: [
+        { key: "success", label: "success" },
+        { key: "failed", label: "failed (will retry)" },
+        { key: "dead", label: "dead" },
+      ],
+      yFormat: (v) => (v >= 10 || v === 0 ? fmtNum(Math.round(v)) : v.toFixed(1)),
+      emptyText: "no execution finished in this range",
+    }),
+    lineChart({
+      title: "Start lateness (start − scheduled time)",
+      series: [
+        { key: "p50", label: "p50", points: buckets.map((b) => ({ t: b.t, v: b.lateness_p50_ms })) },
+        { key: "p99", label: "p99", points: buckets.map((b) => ({ t: b.t, v: b.lateness_p99_ms })) },
+      ],
+      yFormat: fmtMs,
+      emptyText: "no execution started in this range",
+    }),
+    hBars({
+      title: "Jobs by status",
+      items: STATUSES.filter((st) => by[st]).map((st) => ({
+        key: st, label: st, value: by[st], href: `#/jobs?status=${st}`,
+      })),
+      emptyText: "no jobs yet",
+    }),
+    lineChart({
+      title: "Consumer lag per priority (worker group, since this page opened)",
+      series: PRIORITIES.map((p) => ({
+        key: p, label: lagLabel(lag, p),
+        points: lagHistory.map((s) => ({
+          t: s.t, v: s.lag.priorities.find((x) => x.priority === p)?.lag ?? null,
+        })),
+      })),
+      yFormat: (v) => fmtNum(Math.round(v)),
+      emptyText: lag ? "collecting…" : "Kafka did not answer",
+    }),
+  );
+}
+
+function lagLabel(lag, priority) {
+  const row = lag?.priorities.find((x) => x.priority === priority);
+  return row ? `${priority}: ${fmtNum(row.lag)}` : priority;
+}
