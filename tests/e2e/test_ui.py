@@ -1,0 +1,338 @@
+"""The web dashboard (issue 9) in headless Chromium, against the roles as real processes.
+
+The API runs with a bearer token, so the dashboard is used as an operator would: sign in,
+create jobs over the REST API, find them in the list, open one, pause and resume it, run a
+DAG and see its graph coloured by status, replay a dead-lettered execution and see it
+succeed. A job named ``<script>alert(1)</script>`` must show as text (any JavaScript dialog
+fails the test).
+
+Chromium is Debian's (``apt-get install -y chromium``; ``./run test`` installs it), driven by
+the ``playwright`` package; ``playwright install`` is never needed. With
+``DUETIME_UI_SCREENSHOTS=<dir>`` the test also seeds a busier workload and saves screenshots
+of the main pages there (``docs/screenshots`` for the README).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+
+from duetime.core.config import CommonSettings
+from duetime.infra.process import free_port
+from tests.e2e.procs import Role, role_env
+from tests.helpers import wait_for
+from tests.integration.test_worker_support import Sink
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "ui-test-token-0123456789abcdef"
+XSS_NAME = "<script>alert(1)</script>"
+TASKS = "tests.e2e.test_dag_tasks"
+SCREENSHOTS = os.environ.get("DUETIME_UI_SCREENSHOTS")
+WAIT_MS = 60_000  # a deadline for what the stack must do (the machine may be busy)
+
+
+def chromium_path() -> str:
+    path = os.environ.get("DUETIME_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.path.exists(path):
+        pytest.fail(
+            f"no Chromium at {path}: apt-get install -y chromium (./run test installs it), "
+            "or point DUETIME_CHROMIUM at one"
+        )
+    return path
+
+
+@dataclass
+class Stack:
+    url: str
+    api: httpx.Client
+    sink: Sink
+    roles: list[Role]
+
+
+@pytest.fixture
+def stack(settings: CommonSettings) -> Iterator[Stack]:
+    sink = Sink().start()
+    port = free_port()
+    env = role_env(
+        settings,
+        PYTHONPATH=str(ROOT),
+        DUETIME_API_PORT=str(port),
+        DUETIME_API_TOKENS=TOKEN,
+        DUETIME_MISFIRE_THRESHOLD_S="60",
+    )
+    roles = [
+        Role.start(name, [name], env)
+        for name in ("api", "projector", "scheduler", "worker", "resolver")
+    ]
+    url = f"http://127.0.0.1:{port}"
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+    def ready() -> bool:
+        for role in roles:
+            assert role.process.poll() is None, f"{role.name} exited:\n{role.log()[-3000:]}"
+        try:
+            return api.get("/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(ready, 60, "the API to be ready", interval_s=0.2)
+        yield Stack(url, api, sink, roles)
+    finally:
+        api.close()
+        for role in roles:
+            role.stop(10)
+        sink.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=chromium_path(), headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1360, "height": 860})
+    tab = context.new_page()
+    dialogs: list[str] = []
+    errors: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    tab.on("dialog", on_dialog)
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.set_default_timeout(WAIT_MS)
+    expect.set_options(timeout=WAIT_MS)
+    try:
+        yield tab
+    finally:
+        context.close()
+    assert not dialogs, f"a JavaScript dialog opened: {dialogs} (markup was run, not shown)"
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def create_job(api: httpx.Client, **body: Any) -> dict[str, Any]:
+    answer = api.post("/v1/jobs", json=body)
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+def shot(tab: Page, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        tab.evaluate("document.getElementById('toasts').replaceChildren()")
+        tab.screenshot(path=str(Path(SCREENSHOTS) / f"{name}.png"), full_page=True)
+
+
+def soon(seconds: float = 0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
+    api = stack.api
+    tag = uuid.uuid4().hex[:6]
+    yearly = {"cron": "0 3 1 1 *", "timezone": "Europe/Berlin"}
+    sink_target = {"type": "http", "url": stack.sink.url}
+    listed = [
+        create_job(
+            api,
+            name=f"ui-{tag}-report-{i}",
+            schedule=yearly,
+            target=sink_target,
+            priority=("critical", "high", "normal", "low")[i % 4],
+            payload={"n": i},
+        )
+        for i in range(6)
+    ]
+    xss = create_job(
+        api,
+        name=XSS_NAME,
+        schedule=yearly,
+        target=sink_target,
+        payload={"html": '<img src=x onerror="alert(2)">', "n": "</pre><b>bold</b>"},
+        labels={"team": "<i>ops</i>"},
+    )
+    busy = seed_busy_workload(stack) if SCREENSHOTS else None
+
+    # -- sign in: the API has a token, the dashboard asks for it ---------------------------
+    page.goto(f"{stack.url}/ui/")
+    expect(page.locator("form.signin")).to_be_visible()
+    page.fill("#token", TOKEN)
+    page.click("form.signin button[type=submit]")
+    expect(page.locator("[data-stat=jobs] .stat-value")).to_have_text(re.compile(r"\d"))
+
+    # -- jobs list: the jobs created over the API, searchable --------------------------------
+    page.click("nav a[data-nav=jobs]")
+    for job in listed:
+        expect(page.locator(f"tr[data-job-id='{job['job_id']}']")).to_be_visible()
+    page.fill("input[name=q]", f"ui-{tag}-report-3")
+    page.press("input[name=q]", "Enter")
+    expect(page.locator("table[data-testid=jobs-table] tbody tr")).to_have_count(1)
+    page.select_option("select[name=priority]", "critical")
+    expect(page.locator("p.empty")).to_have_text("No jobs match.")
+    page.click("a:text('Clear')")
+
+    # -- a job named like markup is text, everywhere -----------------------------------------
+    link = page.locator(f"tr[data-job-id='{xss['job_id']}'] td.name a")
+    expect(link).to_have_text(XSS_NAME)
+    assert page.locator("main script").count() == 0
+    link.click()
+    expect(page.locator("h1.job-name")).to_have_text(XSS_NAME)
+    expect(page.locator("pre.json").last).to_contain_text('<img src=x onerror=\\"alert(2)\\">')
+    assert page.locator("main img, main b, main i:not(.swatch)").count() == 0
+    expect(page.get_by_text("<i>ops</i>")).to_be_visible()
+
+    # -- a job's page: pause and resume -------------------------------------------------------
+    target = listed[0]
+    page.goto(f"{stack.url}/ui/#/jobs/{target['job_id']}")
+    expect(page.locator("h1.job-name")).to_have_text(f"ui-{tag}-report-0")
+    expect(page.locator("ol.next-runs li")).to_have_count(5)
+    page.click("button[data-action=pause]")
+    expect(page.locator(".title-row .badge")).to_have_text("paused")
+    expect(page.locator("button[data-action=resume]")).to_be_enabled()
+    page.click("button[data-action=resume]")
+    expect(page.locator(".title-row .badge")).not_to_have_text("paused")
+    expect(page.locator("button[data-action=pause]")).to_be_enabled()
+
+    # -- a DAG: trigger a run, see every node coloured by its status --------------------------
+    ok = {"type": "python", "ref": f"{TASKS}:ok"}
+    dag = api.post(
+        "/v1/dags",
+        json={
+            "name": f"ui-{tag}-pipeline",
+            "jobs": [
+                {"key": "extract", "name": "extract", "target": ok},
+                {"key": "clean", "name": "clean", "target": ok, "depends_on": ["extract"]},
+                {"key": "audit", "name": "audit", "target": ok, "depends_on": ["extract"]},
+                {"key": "load", "name": "load", "target": ok, "depends_on": ["clean", "audit"]},
+            ],
+        },
+    )
+    assert dag.status_code == 201, dag.text
+    dag_id = dag.json()["dag_id"]
+    page.click("nav a[data-nav=dags]")
+    page.click(f"tr[data-dag-id='{dag_id}'] a")
+    expect(page.locator("svg.dag g.node")).to_have_count(4)
+    page.click("button[data-action=trigger-dag]")
+    graph = page.locator("[data-testid=dag-graph]")
+    expect(graph).to_have_attribute("data-run-id", re.compile(r"\S"))
+    for key in ("extract", "clean", "audit", "load"):
+        expect(graph.locator(f"g.node[data-key={key}]")).to_have_attribute("data-status", "success")
+    edges = graph.locator("path.edge")
+    expect(edges).to_have_count(4)
+    shot(page, "dag-run")
+
+    # -- dead letters: one dies, the operator replays it, it succeeds -------------------------
+    stack.sink.broken = True  # the target answers 503 until the operator has looked
+    flaky = create_job(
+        api,
+        name=f"ui-{tag}-flaky",
+        schedule={"at": soon()},
+        target=sink_target,
+        retry={"max_retries": 0},
+    )
+    page.click("nav a[data-nav=dlq]")
+    row = page.locator("table[data-testid=dlq-table] tr[data-execution-id]").filter(
+        has_text=f"ui-{tag}-flaky"
+    )
+    expect(row).to_have_count(1)
+    expect(row.locator("td.error")).to_contain_text("HTTP 503")
+    if SCREENSHOTS:
+        page.locator("table[data-testid=dlq-table] tr.detail summary").nth(1).click()
+    shot(page, "dead-letters")
+    stack.sink.broken = False
+    row.locator("button[data-action=replay]").click()
+    dialog = page.locator("dialog.confirm")
+    expect(dialog).to_be_visible()
+    dialog.locator("button.primary").click()
+    expect(page.locator("[data-testid=replay-summary]")).to_have_text(
+        "1 succeeded, 0 dead again, 0 in progress"
+    )
+    # the replay is a new execution of the job: the dead one stays in its history
+    page.goto(f"{stack.url}/ui/#/jobs/{flaky['job_id']}")
+    executions = page.locator("table[data-testid=executions-table] tr[data-execution-id]")
+    expect(executions).to_have_count(2)
+    expect(executions.first).to_have_attribute("data-status", "success")
+    expect(executions.first.locator("td").nth(3)).to_have_text("replay")
+    expect(executions.last).to_have_attribute("data-status", "dead")
+
+    # -- overview: charts drawn from the stats endpoints --------------------------------------
+    page.click("nav a[data-nav=overview]")
+    expect(page.locator("figure.chart-card")).to_have_count(4)
+    expect(page.locator("figure.chart-card svg.chart rect").first).to_be_visible()
+    if busy is not None:
+        page.goto(f"{stack.url}/ui/#/jobs/{busy}")
+        expect(page.locator("table[data-testid=executions-table]")).to_be_visible()
+        page.locator("table[data-testid=executions-table] tr.detail summary").nth(1).click()
+        shot(page, "job")
+        page.goto(f"{stack.url}/ui/#/jobs")
+        expect(page.locator("table[data-testid=jobs-table]")).to_be_visible()
+        shot(page, "jobs")
+        page.goto(f"{stack.url}/ui/#/")
+        expect(page.locator("figure.chart-card svg.chart polyline").first).to_be_visible()
+        time.sleep(11)  # two lag samples, for the line
+        shot(page, "overview")
+
+
+def seed_busy_workload(stack: Stack) -> str:
+    """For the screenshots only: a few minutes of varied work behind the charts; the id of
+    a job whose executions fail once, then succeed."""
+    api, url = stack.api, stack.sink.url
+    every = {"cron": "*/2 * * * * *"}
+    for i, priority in enumerate(("critical", "high", "normal", "low")):
+        create_job(
+            api,
+            name=f"sync-{priority}",
+            schedule=every,
+            target={"type": "http", "url": url},
+            priority=priority,
+            overlap="allow",
+            payload={"sleep_s": 0.05 * i},
+        )
+    invoices = create_job(
+        api,
+        name="invoice-export",
+        schedule={"cron": "*/5 * * * * *"},
+        target={"type": "http", "url": url},
+        payload={"fail_times": 1},
+        retry={"max_retries": 1, "base_delay_s": 1},
+        overlap="allow",
+    )
+    for i in range(6):
+        create_job(
+            api,
+            name=f"webhook-{i}",
+            schedule={"at": soon(i)},
+            target={"type": "http", "url": url},
+            payload={"fail_times": 5},
+            retry={"max_retries": 1, "base_delay_s": 1},
+        )
+    for i in range(20):
+        create_job(
+            api,
+            name=f"nightly-report-{i:02d}",
+            schedule={"cron": f"{i} 2 * * *", "timezone": "Europe/Berlin"},
+            target={"type": "python", "ref": f"{TASKS}:ok"},
+            priority=("high", "normal", "low")[i % 3],
+        )
+    time.sleep(75)  # a few 15 s buckets of executions
+    return str(invoices["job_id"])
