@@ -22,6 +22,11 @@ from .retry import RetryPolicy
 from .schedule import Cron, OneTime, Schedule, parse_schedule, schedule_to_dict
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_DEFINITION_BYTES = 900_000
+"""A whole job (payload, labels, target and the rest) must fit in this: the scheduler keeps
+the definition inside the job's state record, and the producers' record limit is 1,000,000
+bytes. Measured as the field values' JSON (strings as their bytes): a little above Avro."""
+_SIZED_FIELDS = ("payload_json", "labels", "target", "depends_on", "dag_key", "schedule")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _REF_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
@@ -226,7 +231,7 @@ def build_job(
     depends_on = body.get("depends_on") or []
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
         raise ValidationError("depends_on must be a list of job keys", field="depends_on")
-    return {
+    definition = {
         "job_id": job_id,
         "name": name,
         "revision": now_ms * 1000 if revision is None else revision,
@@ -245,6 +250,28 @@ def build_job(
         "depends_on": list(depends_on),
         "labels": dict(labels),
     }
+    _check_size(definition)
+    return definition
+
+
+def _check_size(definition: Mapping[str, Any]) -> None:
+    """Refuse a job too large to travel as one record, naming its largest part."""
+
+    def size(value: Any) -> int:  # close to the Avro size: strings count as their bytes
+        if isinstance(value, str):
+            return len(value.encode())
+        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+    total = sum(size(v) for v in definition.values())
+    if total <= MAX_DEFINITION_BYTES:
+        return
+    largest = max(_SIZED_FIELDS, key=lambda f: size(definition.get(f)))
+    field = "payload" if largest == "payload_json" else largest
+    raise PayloadTooLarge(
+        f"the job is {total} bytes, over the limit of {MAX_DEFINITION_BYTES}; its largest "
+        f"part is {field} ({size(definition.get(largest))} bytes)",
+        details={"field": field, "size_bytes": total, "limit_bytes": MAX_DEFINITION_BYTES},
+    )
 
 
 def same_job(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
