@@ -36,6 +36,13 @@ def success(output: Any = None) -> Outcome:
     return Outcome("success", output_json=encode_output(output))
 
 
+def truncated(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying so and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [truncated: {len(text)} characters, limit {limit}]"
+
+
 def failure(
     error_type: str,
     message: str,
@@ -48,8 +55,8 @@ def failure(
     return Outcome(
         "failure",
         error={
-            "type": error_type[:200],
-            "message": message[:MAX_MESSAGE_CHARS],
+            "type": truncated(error_type, 200),
+            "message": truncated(message, MAX_MESSAGE_CHARS),
             "retryable": retryable,
             "reason": reason,
             "http_status": http_status,
@@ -79,14 +86,21 @@ def timed_out(timeout_s: float) -> Outcome:
 
 
 def encode_output(value: Any) -> str | None:
-    """The task's return value as JSON text; None for None, unserialisable or too large."""
+    """The task's return value as JSON text; None for None or unserialisable. An output over
+    ``MAX_OUTPUT_BYTES`` is replaced by a marker saying so (the result must stay a small
+    record: it shares the results topic with every other execution's)."""
     if value is None:
         return None
     try:
         text = json.dumps(value, default=str)
     except (TypeError, ValueError):
         return None
-    return text if len(text.encode()) <= MAX_OUTPUT_BYTES else None
+    size = len(text.encode())
+    if size <= MAX_OUTPUT_BYTES:
+        return text
+    return json.dumps(
+        {"duetime_truncated": True, "size_bytes": size, "limit_bytes": MAX_OUTPUT_BYTES}
+    )
 
 
 def result_record(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from typing import Any
@@ -15,6 +16,7 @@ from duetime.consumers.worker.offsets import OffsetTracker
 from duetime.consumers.worker.results import (
     check_request,
     encode_output,
+    failure,
     from_exception,
     result_record,
     timed_out,
@@ -90,7 +92,20 @@ def test_exceptions_map_to_retryable_or_permanent_failures() -> None:
 def test_outputs_are_json_or_nothing() -> None:
     assert encode_output({"a": 1}) == '{"a": 1}'
     assert encode_output(None) is None
-    assert encode_output("x" * 100_000) is None  # over the size limit
+    # over the size limit: a marker saying so instead of the output
+    assert json.loads(encode_output("x" * 100_000) or "") == {
+        "duetime_truncated": True,
+        "size_bytes": 100_002,
+        "limit_bytes": 64 * 1024,
+    }
+
+
+def test_long_error_texts_are_truncated_with_a_marker() -> None:
+    error = failure("E" * 300, "m" * 5000, retryable=True).error
+    assert error is not None
+    assert error["message"].startswith("m" * 2000)
+    assert error["message"].endswith("[truncated: 5000 characters, limit 2000]")
+    assert error["type"].endswith("[truncated: 300 characters, limit 200]")
 
 
 def request(**overrides: Any) -> dict[str, Any]:
