@@ -34,8 +34,9 @@ from confluent_kafka import (
 )
 
 from duetime.core.errors import DuetimeError
+from duetime.core.jobspec import MAX_DEFINITION_BYTES
 from duetime.core.kafka import ErrorClass, classify, watermarks
-from duetime.core.poison import poison_headers
+from duetime.core.poison import poison_headers, poison_value
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -168,8 +169,16 @@ class PartitionOwner:
         assert event_type is not None
         new: dict[str, Any] | None
         try:
+            value = msg.value() or b""
+            if event_type == "job" and len(value) > MAX_DEFINITION_BYTES:
+                # its state could not be written (the record limit): the partition would abort
+                # and retry the same transaction forever
+                raise ValueError(
+                    f"a definition of {len(value)} bytes is over the limit of "
+                    f"{MAX_DEFINITION_BYTES}"
+                )
             record = self.codec.decode(
-                event_type, msg.value() or b"", topic=topic, partition=self.partition, offset=offset
+                event_type, value, topic=topic, partition=self.partition, offset=offset
             )
             logic.check_input(event_type, record)
             job_id = record["job_id"]
@@ -293,12 +302,14 @@ class PartitionOwner:
                     value=self.codec.encode("dag_run", event),
                 )
             for msg, reason in p.poison:
+                value, dropped = poison_value(msg.value())
                 self.producer.produce(
                     self.topics.poison,
                     key=msg.key(),
-                    value=msg.value(),
+                    value=value,
                     partition=self.partition,
                     headers=[
+                        *dropped,
                         *poison_headers(
                             msg.headers(),
                             topic=msg.topic() or "",
@@ -306,7 +317,7 @@ class PartitionOwner:
                             offset=msg.offset() or 0,
                             error=reason,
                             role="scheduler",
-                        )
+                        ),
                     ],
                 )
             for job_id, state in p.dirty.items():

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from duetime.core import kafka
 from duetime.core.clock import Clock, SystemClock
+from duetime.core.poison import PRODUCER_MAX_BYTES
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -199,7 +200,12 @@ class Scheduler:
     def _make_producer(self, partition: int) -> Producer:
         """A transactional producer for ``partition``, initialised: the old owner is fenced."""
         producer = kafka.transactional_producer(
-            self.common, f"{self.common.topic_prefix}scheduler.{partition}"
+            self.common,
+            f"{self.common.topic_prefix}scheduler.{partition}",
+            **{
+                # a parked copy of an input record can be larger than librdkafka's default limit
+                "message.max.bytes": PRODUCER_MAX_BYTES,
+            },
         )
         producer.init_transactions(30)
         return producer

@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from duetime.core import kafka
 from duetime.core.errors import DuetimeError
-from duetime.core.poison import poison_headers
+from duetime.core.poison import PRODUCER_MAX_BYTES, poison_headers, poison_value
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -252,7 +252,9 @@ class Projector:
             return
         if self._poison is None:
             # acks=all: the copy must outlive a broker failure once the offset moves past it
-            self._poison = kafka.producer(self.common, **{"acks": "all"})
+            self._poison = kafka.producer(
+                self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}
+            )
         failed: list[str] = []
 
         def delivered(err: Any, _msg: Any) -> None:
@@ -266,7 +268,9 @@ class Projector:
                 why,
                 extra={"topic": topic, "partition": partition, "offset": offset},
             )
+            value, dropped = poison_value(msg.value())
             headers: list[tuple[str, str | bytes | None]] = [
+                *dropped,
                 *poison_headers(
                     msg.headers(),
                     topic=topic,
@@ -274,11 +278,11 @@ class Projector:
                     offset=offset,
                     error=why,
                     role="projector",
-                )
+                ),
             ]
             self._poison.produce(
                 self.topics.poison,
-                msg.value(),
+                value,
                 msg.key(),
                 partition=partition,
                 headers=headers,

@@ -46,7 +46,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from duetime.core.dag import children, validate_dag
 from duetime.core.errors import DuetimeError
-from duetime.core.poison import poison_headers
+from duetime.core.poison import PRODUCER_MAX_BYTES, poison_headers, poison_value
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec, DecodeError
 
@@ -119,6 +119,8 @@ def build_app(settings: ResolverSettings, data_dir: Path) -> faust.App:
         broker_commit_interval=settings.commit_interval_s,
         broker_client_id=f"duetime-resolver-{common.instance_id}",
         producer_acks=-1,  # a release must survive a broker restart once the input is committed
+        # it parks copies of bad input records, up to ~1 MiB each (the default is 1,000,000)
+        producer_max_request_size=PRODUCER_MAX_BYTES,
         web_enabled=False,
         autodiscover=False,
     )
@@ -191,9 +193,7 @@ class Resolver:
                 continue
             try:
                 record = self.codec.decode(event_type, event.value, topic=event.message.topic)
-                actions = self.apply(
-                    run_id, event_type, record, _now_ms(), event.message.partition
-                )
+                actions = self.apply(run_id, event_type, record, _now_ms(), event.message.partition)
             except (DuetimeError, KeyError, TypeError, ValueError) as exc:
                 await self._park(event.message, f"{type(exc).__name__}: {exc}")
                 continue
@@ -226,7 +226,8 @@ class Resolver:
             error,
             extra={"topic": topic, "partition": partition, "offset": offset},
         )
-        headers = poison_headers(
+        value, dropped = poison_value(message.value)
+        headers = dropped + poison_headers(
             message.headers,
             topic=topic,
             partition=partition,
@@ -234,9 +235,7 @@ class Resolver:
             error=error,
             role="resolver",
         )
-        await self.poison.send(
-            key=message.key, value=message.value, partition=partition, headers=headers
-        )
+        await self.poison.send(key=message.key, value=value, partition=partition, headers=headers)
 
     def apply(
         self, run_id: str, event_type: str, record: dict[str, Any], now_ms: int, partition: int

@@ -30,7 +30,7 @@ from confluent_kafka import KafkaException, Message
 
 from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority
-from duetime.core.poison import poison_headers
+from duetime.core.poison import poison_headers, poison_value
 from duetime.schemas.codec import Codec
 
 from . import metrics
@@ -171,13 +171,14 @@ class Executor:
             error,
             extra={"topic": tp[0], "partition": tp[1], "offset": offset},
         )
-        headers = poison_headers(
+        value, dropped = poison_value(msg.value())
+        headers = dropped + poison_headers(
             msg.headers(), topic=tp[0], partition=tp[1], offset=offset, error=error, role="worker"
         )
         item = Item(
             key=f"poison/{tp}/{offset}", tp=tp, offset=offset, priority=Priority.LOW, request={}
         )
-        self._spawn(self._park(item, msg.value(), msg.key(), headers), item.key)
+        self._spawn(self._park(item, value, msg.key(), headers), item.key)
 
     def _abort(self, item: Item, reason: str) -> bool:
         """Cancel ``item``'s task if it is inside its target; True when it was."""

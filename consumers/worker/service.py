@@ -49,6 +49,7 @@ from duetime.consumers.tasks import TaskRegistry
 from duetime.core import kafka
 from duetime.core.errors import ConfigError, DecodeError
 from duetime.core.models import PRIORITY_ORDER, Priority
+from duetime.core.poison import PRODUCER_MAX_BYTES
 from duetime.core.priority import Waiting, select_next
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -160,7 +161,10 @@ class Worker:
         # acks=all (idempotence implies it; said for the reader): a result counts only once
         # every in-sync replica has it, because its offset is committed right after
         self.producer = AsyncProducer(
-            kafka.producer(self.common, **{"acks": "all"}), self._loop, "worker-results"
+            # message.max.bytes: it also parks copies of bad requests, up to ~1 MiB each
+            kafka.producer(self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}),
+            self._loop,
+            "worker-results",
         )
         self._http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=s.concurrency, max_keepalive_connections=64),

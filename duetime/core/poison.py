@@ -17,6 +17,24 @@ ERROR = "duetime-error"
 ROLE = "duetime-role"
 
 MAX_ERROR_BYTES = 1000
+VALUE_DROPPED = "duetime-value-dropped"
+
+TOPIC_MAX_BYTES = 2 * 1024 * 1024
+"""The poison topic's ``max.message.bytes``: twice the broker's default, so a copy of any record
+an input topic accepted (at most ~1 MiB unless an operator raised it) fits with its headers."""
+PRODUCER_MAX_BYTES = TOPIC_MAX_BYTES + 64 * 1024
+"""``message.max.bytes`` of the producers that park records (librdkafka refuses larger ones
+before sending; its default, 1,000,000, is below what an input topic accepts)."""
+MAX_VALUE_BYTES = TOPIC_MAX_BYTES - 64 * 1024
+"""A value larger than this cannot be copied (an input topic configured above the default):
+the copy goes without it, its size in a header, rather than blocking the partition forever."""
+
+
+def poison_value(value: bytes | None) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+    """The value to park and the extra headers it needs."""
+    if value is None or len(value) <= MAX_VALUE_BYTES:
+        return value, []
+    return None, [(VALUE_DROPPED, f"{len(value)} bytes, over {MAX_VALUE_BYTES}".encode())]
 
 
 def poison_headers(

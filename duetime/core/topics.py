@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass
 
 from .models import PRIORITY_ORDER, Priority
+from .poison import TOPIC_MAX_BYTES
 
 # Compaction keeps only the latest record per key, which is what a definition or a changelog
 # needs; min.compaction.lag keeps a few seconds of history for consumers that are just behind.
@@ -83,7 +84,10 @@ class Topics:
             TopicSpec(self.dlq, partitions, dict(_DEAD), "dead_letter"),
             TopicSpec(self.dags, partitions, dict(_COMPACTED), "dag"),
             TopicSpec(self.dag_runs, partitions, dict(_EVENTS), "dag_run"),
-            TopicSpec(self.poison, partitions, dict(_DEAD), None),
+            # a parked record is a copy of an input record plus headers: room for the largest
+            TopicSpec(
+                self.poison, partitions, {**_DEAD, "max.message.bytes": str(TOPIC_MAX_BYTES)}, None
+            ),
         ]
         specs += [TopicSpec(t, partitions, dict(_EVENTS), "execution") for t in self.executions]
         return specs
