@@ -488,6 +488,7 @@ class Scenario:
         self.recorder = Recorder(self.settings, self.history)
         self.roles: dict[str, RoleProc] = {}
         self.report: Report | None = None
+        self._admin: Any = None
 
     # --- roles ----------------------------------------------------------------------------
 
@@ -604,26 +605,44 @@ class Scenario:
         self.report = check(self.history.events())
         return self.report
 
-    def _audit_topics(self, settle_s: float) -> None:
+    def end_offsets(self, committed: bool, timeout_s: float = 30) -> dict[tuple[str, int], int]:
+        """Per execution partition: the last stable offset (``committed``) or the high
+        watermark, from the broker (ListOffsets)."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import AdminClient, OffsetSpec
 
-        admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
-        names = self.topics.executions
-        tps = [TopicPartition(t, p) for t in names for p in range(self.settings.partitions)]
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        tps = [
+            TopicPartition(t, p)
+            for t in self.topics.executions
+            for p in range(self.settings.partitions)
+        ]
+        futures = self._admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in tps},
+            isolation_level=level,
+            request_timeout=timeout_s,
+        )
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
 
-        def ends(level: Any) -> dict[tuple[str, int], int]:
-            futures = admin.list_offsets(
-                {tp: OffsetSpec.latest() for tp in tps}, isolation_level=level, request_timeout=30
-            )
-            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+    def open_transactions(self) -> list[tuple[str, int]]:
+        """Execution partitions with an open transaction right now (last stable offset behind
+        the high watermark)."""
+        high = self.end_offsets(committed=False)
+        stable = self.end_offsets(committed=True)
+        return sorted(tp for tp in high if stable[tp] < high[tp])
+
+    def _audit_topics(self, settle_s: float) -> None:
+        def ends(committed: bool) -> dict[tuple[str, int], int]:
+            return self.end_offsets(committed)
 
         # 1. hanging transactions: the last stable offset must catch up with the high watermark
         lso_rows: list[dict[str, Any]] = []
         deadline = time.monotonic() + settle_s
         while True:
-            high = ends(IsolationLevel.READ_UNCOMMITTED)
-            stable = ends(IsolationLevel.READ_COMMITTED)
+            high = ends(committed=False)
+            stable = ends(committed=True)
             behind = {tp for tp in high if stable[tp] < high[tp]}
             if not behind or time.monotonic() > deadline:
                 break
