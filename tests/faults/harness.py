@@ -268,7 +268,9 @@ class HttpSink:
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+            # HTTP/1.0: one connection per call. Kept-alive HTTP/1.1 connections made this
+            # sink six times slower (1,000 calls of 0.3 s at 150 in flight: 33 s against 5 s)
+            protocol_version = "HTTP/1.0"
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -611,20 +613,28 @@ class Scenario:
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import AdminClient, OffsetSpec
 
-        if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         tps = [
             TopicPartition(t, p)
             for t in self.topics.executions
             for p in range(self.settings.partitions)
         ]
-        futures = self._admin.list_offsets(
-            {tp: OffsetSpec.latest() for tp in tps},
-            isolation_level=level,
-            request_timeout=timeout_s,
-        )
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._admin is None:
+                self._admin = AdminClient({"bootstrap.servers": self.settings.bootstrap_servers})
+            try:
+                futures = self._admin.list_offsets(
+                    {tp: OffsetSpec.latest() for tp in tps}, isolation_level=level
+                )
+                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            except KafkaException:
+                # e.g. FENCED_LEADER_EPOCH from metadata older than a broker restart: a new
+                # client reads fresh metadata
+                if time.monotonic() > deadline:
+                    raise
+                self._admin = None
+                time.sleep(0.5)
 
     def open_transactions(self) -> list[tuple[str, int]]:
         """Execution partitions with an open transaction right now (last stable offset behind
