@@ -186,6 +186,7 @@ def run_dev(args: argparse.Namespace) -> int:
             f"try: duetime jobs list)",
             flush=True,
         )
+        print(f"dashboard  {api_url}/ui", flush=True)
         print("Ctrl-C stops everything.", flush=True)
         supervisor.run(args.duration_s)
     finally:

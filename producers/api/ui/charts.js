@@ -8,11 +8,13 @@ const W = 640;
 const H = 220;
 const PAD = { left: 56, right: 12, top: 12, bottom: 28 };
 
+/** The top of a y axis of 4 steps, each step 1, 2 or 5 × a power of ten. */
 function niceMax(value) {
-  if (!(value > 0)) return 1;
-  const exp = 10 ** Math.floor(Math.log10(value));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * exp >= value) return m * exp;
-  return 10 * exp;
+  if (!(value > 0)) return 4;
+  const quarter = value / 4;
+  const exp = 10 ** Math.floor(Math.log10(quarter));
+  const step = [1, 2, 5, 10].map((m) => m * exp).find((s) => s >= quarter);
+  return 4 * step;
 }
 
 function hhmm(t, seconds = false) {
@@ -60,7 +62,7 @@ function empty(message) {
  * Lines over time. series: [{key, label, points: [{t: ms, v: number|null}]}]; a null value
  * breaks the line.
  */
-export function lineChart({ title, series, yFormat = String, emptyText = "no data yet" }) {
+export function lineChart({ title, series, yFormat = String, emptyText = "no data yet", note }) {
   const xs = series.length ? series[0].points.map((p) => p.t) : [];
   const values = series.flatMap((se) => se.points.map((p) => p.v)).filter((v) => v !== null);
   const body = !xs.length || !values.length ? empty(emptyText) : (() => {
@@ -88,7 +90,8 @@ export function lineChart({ title, series, yFormat = String, emptyText = "no dat
       grid, lines);
   })();
   return h("figure", { class: "card chart-card" }, h("figcaption", {}, title), body,
-    legend(series.map((se) => ({ key: se.key, label: se.label }))));
+    legend(series.map((se) => ({ key: se.key, label: se.label }))),
+    note ? h("p", { class: "chart-note" }, note) : null);
 }
 
 /** Stacked bars over time. buckets: [{t: ms, values: {key: n}}]; keys: [{key, label}]. */

@@ -109,8 +109,10 @@ function draw(stats, charts, overview, series, lag, range) {
           t: s.t, v: s.lag.priorities.find((x) => x.priority === p)?.lag ?? null,
         })),
       })),
-      yFormat: (v) => fmtNum(Math.round(v)),
+      yFormat: (v) => (Number.isInteger(v) ? fmtNum(v) : v.toFixed(1)),
       emptyText: lag ? "collecting…" : "Kafka did not answer",
+      note: "End offsets minus the group's committed offsets: at rest up to one per partition "
+        + "remains, the marker of the last transaction.",
     }),
   );
 }
