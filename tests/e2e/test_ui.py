@@ -239,7 +239,8 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
         expect(graph.locator(f"g.node[data-key={key}]")).to_have_attribute("data-status", "success")
     edges = graph.locator("path.edge")
     expect(edges).to_have_count(4)
-    shot(page, "dag-run")
+    if SCREENSHOTS:
+        shot_failed_dag_run(stack, page)
 
     # -- dead letters: one dies, the operator replays it, it succeeds -------------------------
     stack.sink.broken = True  # the target answers 503 until the operator has looked
@@ -291,6 +292,38 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
         expect(page.locator("figure.chart-card svg.chart polyline").first).to_be_visible()
         time.sleep(11)  # two lag samples, for the line
         shot(page, "overview")
+
+
+def shot_failed_dag_run(stack: Stack, page: Page) -> None:
+    """For the screenshots: a run where one node dies and its descendants are skipped."""
+    ok = {"type": "python", "ref": f"{TASKS}:ok"}
+    fail = {"type": "python", "ref": f"{TASKS}:fail"}
+    nodes = [
+        ("extract", ok, []),
+        ("clean", ok, ["extract"]),
+        ("enrich", fail, ["extract"]),
+        ("aggregate", ok, ["clean", "enrich"]),
+        ("audit", ok, ["clean"]),
+        ("publish", ok, ["aggregate", "audit"]),
+    ]
+    answer = stack.api.post(
+        "/v1/dags",
+        json={
+            "name": "nightly-etl",
+            "schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
+            "jobs": [
+                {"key": k, "name": f"etl-{k}", "target": t, "depends_on": d} for k, t, d in nodes
+            ],
+        },
+    )
+    assert answer.status_code == 201, answer.text
+    dag_id = answer.json()["dag_id"]
+    page.goto(f"{stack.url}/ui/#/dags/{dag_id}")
+    page.click("button[data-action=trigger-dag]")
+    graph = page.locator("[data-testid=dag-graph]")
+    expect(graph.locator("g.node[data-key=publish]")).to_have_attribute("data-status", "skipped")
+    expect(graph.locator("g.node[data-key=audit]")).to_have_attribute("data-status", "success")
+    shot(page, "dag-run")
 
 
 def seed_busy_workload(stack: Stack) -> str:
