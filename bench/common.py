@@ -220,7 +220,7 @@ def _profile(pid: int, log_name: str) -> None:
 
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
-        raise SystemExit("DUETIME_BENCH_PROFILE needs py-spy: .venv/bin/pip install py-spy")
+        raise SystemExit("DUETIME_BENCH_PROFILE needs py-spy (in the test extras)")
     out = RESULTS / "profiles"
     out.mkdir(parents=True, exist_ok=True)
     subprocess.Popen(
