@@ -276,6 +276,30 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
     expect(executions.first.locator("td").nth(3)).to_have_text("replay")
     expect(executions.last).to_have_attribute("data-status", "dead")
 
+    # -- a bulk replay of every dead letter the filter matches, with its progress -------------
+    stack.sink.broken = True
+    bulk_name = f"ui-{tag}-bulk"
+    for _ in range(3):
+        create_job(
+            api,
+            name=bulk_name,
+            schedule={"at": soon()},
+            target=sink_target,
+            retry={"max_retries": 0},
+        )
+    page.click("nav a[data-nav=dlq]")
+    page.fill("input[name=name]", bulk_name)
+    page.press("input[name=name]", "Enter")
+    expect(page.locator("table[data-testid=dlq-table] tr[data-execution-id]")).to_have_count(3)
+    stack.sink.broken = False
+    page.click("button[data-action=replay-matching]")
+    expect(dialog).to_contain_text("Replay every dead letter not yet replayed?")
+    dialog.locator("button.primary").click()
+    expect(page.locator("[data-testid=replay-summary]")).to_have_text(
+        "3 succeeded, 0 dead again, 0 in progress"
+    )
+    expect(page.locator("table[data-testid=dlq-table] .badge.st-replayed")).to_have_count(3)
+
     # -- overview: charts drawn from the stats endpoints --------------------------------------
     page.click("nav a[data-nav=overview]")
     expect(page.locator("figure.chart-card")).to_have_count(4)
