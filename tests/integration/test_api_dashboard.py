@@ -46,9 +46,6 @@ def test_the_dashboard_is_served_from_the_package_without_a_token(api: RunningAp
             assert r.headers["x-content-type-options"] == "nosniff"
         js = c.get("/ui/pages/jobs.js")
         assert js.status_code == 200 and "javascript" in js.headers["content-type"]
-        # nothing of the dashboard's code writes data as markup
-        for asset in ("app.js", "dom.js", "charts.js", "graph.js", "pages/jobs.js"):
-            assert "innerHTML" not in c.get(f"/ui/{asset}").text, asset
         assert_error(c.get("/v1/stats/overview"), 401, "unauthorized")
         assert c.get("/ui/../pyproject.toml").status_code == 404
 
