@@ -205,6 +205,7 @@ class Scheduler:
             **{
                 # a parked copy of an input record can be larger than librdkafka's default limit
                 "message.max.bytes": PRODUCER_MAX_BYTES,
+                "transaction.timeout.ms": self.settings.transaction_timeout_ms,
             },
         )
         producer.init_transactions(30)

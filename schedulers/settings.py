@@ -25,6 +25,10 @@ class SchedulerSettings:
     catch_up_window_s: float = 24 * 3600.0
     session_timeout_ms: int = 3000
     idle_poll_s: float = 0.05
+    transaction_timeout_ms: int = 30_000
+    """How long the broker lets an open transaction of a silent owner block read_committed
+    readers before aborting it (only when nobody takes the partition over: a new owner aborts
+    it at once)."""
 
     @classmethod
     def from_env(cls, env: Env) -> SchedulerSettings:
@@ -52,5 +56,11 @@ class SchedulerSettings:
             ),
             session_timeout_ms=env.integer(
                 "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
+            ),
+            transaction_timeout_ms=env.integer(
+                "DUETIME_SCHEDULER_TRANSACTION_TIMEOUT_MS",
+                cls.transaction_timeout_ms,
+                1000,
+                900_000,
             ),
         )
