@@ -46,6 +46,8 @@ from .store import HELD_PREFIX, StateStore
 log = logging.getLogger("duetime.scheduler")
 
 WAKE_HEADER = "duetime-wake-ms"
+CATCH_UP_LIMIT_MS = 10_000
+"""A new owner fires at the latest this long after taking a partition, inputs read or not."""
 
 
 class PartitionLost(Exception):
@@ -109,6 +111,8 @@ class PartitionOwner:
         """Transactional, ``init_transactions`` done: the previous owner is fenced."""
         self.owned_since_ms = int(time.time() * 1000)
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
+        self._input_ends: dict[str, int] | None = None
+        """Input offsets to read before firing (None: not looked up yet; empty: read)."""
 
     # --- restore --------------------------------------------------------------------------
 
@@ -252,6 +256,41 @@ class PartitionOwner:
             self._collect(job_id, state, out)
         return len(due)
 
+    def inputs_read(self, consumer: Consumer, now_ms: int) -> bool:
+        """Whether this new owner has read the inputs that were waiting for it.
+
+        Until it has, it fires nothing: results of runs that ended while nobody owned the
+        partition (a run still "live" in the restored state makes overlap=skip drop the job's
+        misfire catch-up), commands and definition updates would otherwise be judged after
+        the fires they should decide. The end is each input's high watermark when the owner
+        first asks (past the committed offset: else nothing waits); the wait is bounded by
+        ``CATCH_UP_LIMIT_MS`` so a huge backlog delays firing, never stops it.
+        """
+        if self._input_ends is None:
+            inputs = [
+                TopicPartition(t, self.partition)
+                for t in (self.topics.jobs, self.topics.control, self.topics.results)
+            ]
+            ends: dict[str, int] = {}
+            for tp in consumer.committed(inputs, timeout=10):
+                high = watermarks(self._restore_consumer, tp.topic or "", self.partition)[1]
+                if high > max(tp.offset, 0):
+                    ends[tp.topic or ""] = high
+            self._input_ends = ends
+        if self._input_ends and now_ms - self.owned_since_ms < CATCH_UP_LIMIT_MS:
+            waiting = [TopicPartition(t, self.partition) for t in self._input_ends]
+            if any(
+                tp.offset < self._input_ends[tp.topic or ""] for tp in consumer.position(waiting)
+            ):
+                return False
+            log.info(
+                "partition %s: read the inputs that waited for it, firing now",
+                self.partition,
+                extra={"partition": self.partition},
+            )
+        self._input_ends = {}
+        return True
+
     def _collect(self, job_id: str, state: dict[str, Any] | None, out: logic.Outputs) -> None:
         if state is not None and out.state_changed:
             self.pending.dirty[job_id] = state
@@ -376,7 +415,7 @@ class PartitionOwner:
             if classify(abort_exc) is ErrorClass.FATAL:
                 raise PartitionLost(str(abort_exc)) from abort_exc
         self.store.rollback()
-        self._rewind(consumer)
+        self.rewind(consumer)
 
     def reset(self, consumer: Consumer) -> None:
         """Forget everything local and start over from the changelog and committed offsets:
@@ -386,9 +425,9 @@ class PartitionOwner:
         self.store.close()
         self.store = StateStore(self._store_path, self._window_ms)
         self.restore()
-        self._rewind(consumer)
+        self.rewind(consumer)
 
-    def _rewind(self, consumer: Consumer) -> None:
+    def rewind(self, consumer: Consumer) -> None:
         """An aborted transaction does not move the consumer back: seek to the committed offsets."""
         inputs = [
             TopicPartition(t, self.partition)

@@ -54,7 +54,10 @@ class Scheduler:
         self._restore_consumer: Consumer | None = None
         self.on_restored: Callable[[int, int, float], None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
-        self._lost: list[int] = []
+        self._lost: dict[int, PartitionOwner | None] = {}
+        """Partitions whose producer was fenced or broke (with the owner that failed, None when
+        it was dropped already): started over at the next cycle."""
+        self._retakes: dict[int, int] = {}
         self._fatal: str | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -107,8 +110,7 @@ class Scheduler:
                 if self._fatal:
                     raise SystemExit(f"scheduler: {self._fatal}")
                 if self._lost:
-                    # a partition we cannot own any more: leave the group so it moves on
-                    raise SystemExit(f"scheduler: lost partitions {sorted(set(self._lost))}")
+                    self._retake_lost()
         finally:
             self._pool.shutdown()
             self._shutdown()
@@ -145,7 +147,8 @@ class Scheduler:
                 owner.handle(msg, now_ms)
         busy = []
         for owner in self.owners.values():
-            owner.fire(now_ms, self.settings.fire_limit)
+            if owner.inputs_read(self.consumer, now_ms):
+                owner.fire(now_ms, self.settings.fire_limit)
             if not owner.pending.empty():
                 busy.append(owner)
         # each partition commits its own transaction; the waits overlap (the client releases
@@ -162,7 +165,7 @@ class Scheduler:
             owner.commit(self.consumer, self.clock.now_ms())
         except PartitionLost as exc:
             log.error("lost partition %s: %s", p, exc, extra={"partition": p})
-            self._lost.append(p)
+            self._lost[p] = owner
         except Exception:
             # a bug or an unexpected client error: the cycle's outcome is unknown, so the
             # partition starts over from its changelog (fencing our own old producer)
@@ -172,7 +175,48 @@ class Scheduler:
                 owner.reset(self.consumer)
             except Exception as exc:
                 log.error("partition %s could not be restored: %s", p, exc, extra={"partition": p})
-                self._lost.append(p)
+                self._lost[p] = owner
+
+    def _retake_lost(self) -> None:
+        """Start over the partitions whose producer was fenced or broke.
+
+        A fenced producer does not always mean that another member owns the partition: the
+        broker also fences a producer whose transaction outlived the transaction timeout (a
+        network cut across a commit). If the group still assigns the partition here, it gets
+        a new producer (``init_transactions`` fences any zombie), its state is restored from
+        the changelog and its inputs rewound to the committed offsets; otherwise the member
+        it was given to does that. A partition that cannot be taken back after many tries in
+        a row ends the process, so the group moves it elsewhere.
+        """
+        assert self.consumer is not None
+        lost, self._lost = self._lost, {}
+        assigned = {tp.partition for tp in self.consumer.assignment()}
+        for p, failed in sorted(lost.items(), key=lambda item: item[0]):
+            if self.owners.get(p) is not failed:
+                continue  # released, or taken afresh by a rebalance, meanwhile
+            self._drop(p)  # never write with that producer again
+            if p not in assigned:
+                self._retakes.pop(p, None)
+                continue
+            try:
+                self._take(p, self._make_producer(p))
+                self.owners[p].rewind(self.consumer)
+                self._retakes.pop(p, None)
+                log.info("partition %s started over with a new producer", p, extra={"partition": p})
+            except Exception as exc:
+                self._drop(p)
+                tries = self._retakes[p] = self._retakes.get(p, 0) + 1
+                if tries >= 10:
+                    raise SystemExit(f"scheduler: cannot take partition {p} back: {exc}") from exc
+                log.warning(
+                    "partition %s could not start over (%s tries): %s",
+                    p,
+                    tries,
+                    exc,
+                    extra={"partition": p},
+                )
+                self._lost[p] = None
+        metrics.OWNED.set(len(self.owners))
 
     def _housekeeping(self) -> None:
         """Gauges: pending jobs per partition, input lag per topic (from cached watermarks)."""
