@@ -1,0 +1,281 @@
+"""Every scheduler down while crons and one-time jobs fall due, then restarted (issue 8).
+
+Crons every 5 s with each misfire policy × each overlap policy, and one-time jobs due during
+the outage with each misfire policy; workers keep running (runs take 1.5 s). Both schedulers
+are SIGKILLed right after an occurrence K fired, stay down (CI: 30 s, full: 5 minutes), and
+start again. Then, per job, the occurrences in (K, handling time] — the missed ones — ran
+exactly as the job's policies declare (schedule.misfire_fires, overlap_decision):
+
+| misfire | overlap | missed occurrences that run |
+|---|---|---|
+| skip | any | none |
+| run_once | any | one: the latest missed (trigger misfire) |
+| run_all | allow | all of them (trigger misfire) |
+| run_all | skip | the first (the rest find it live) |
+| run_all | queue_one | the first, and the second once the first ended |
+
+A one-time job missed under skip never runs (status skipped); under run_once and run_all it
+runs once. No two runs of a job with overlap skip or queue_one are ever at the sink at the same
+time. Every occurrence before the outage and from two periods after the catch-up on ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from tests.faults.harness import Scenario, size, utc_ms, wait_for, write_figures
+
+SIZES = {"ci": {"down_s": 30}, "full": {"down_s": 300}}
+PERIOD_S = 5
+RUN_S = 1.5
+THRESHOLD_S = 5  # DUETIME_MISFIRE_THRESHOLD_S (the default)
+MISFIRES = ("skip", "run_once", "run_all")
+OVERLAPS = ("allow", "skip", "queue_one")
+CRONS_PER_COMBINATION = 2
+ONE_TIME_PER_POLICY = 5
+AFTER_S = 30  # how long crons keep running after the schedulers are back
+
+
+def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_declares(
+    new_scenario: Callable[..., Scenario],
+) -> None:
+    down_s = SIZES[size()]["down_s"]
+    scenario = new_scenario("schedulers-down", effects=True, terminal=True)
+    schedulers = [scenario.start_role("scheduler") for _ in range(2)]
+    scenario.start_role("projector")
+    for i in range(2):
+        scenario.start_role("worker", f"worker-{i + 1}", DUETIME_LEASE_TTL_S="5")
+    scenario.schedulers_own_all(2)
+    scenario.workers_assigned()
+
+    created_at = datetime.now(UTC)
+    end = created_at + timedelta(seconds=25 + down_s + AFTER_S + 30)
+    crons: dict[str, Any] = {}
+    one_time: dict[str, Any] = {}
+    target = {"type": "http", "url": scenario.sink.url}
+    outage_at = created_at + timedelta(seconds=20 + down_s / 2)
+    with scenario.job_client() as client:
+        for misfire in MISFIRES:
+            for overlap in OVERLAPS:
+                for i in range(CRONS_PER_COMBINATION):
+                    job = client.create_job(
+                        name=f"cron-{misfire}-{overlap}-{i}",
+                        schedule={
+                            "cron": f"*/{PERIOD_S} * * * * *",
+                            "start_at": created_at.isoformat(),
+                            "end_at": end.isoformat(),
+                        },
+                        target=target,
+                        payload={"sleep_s": RUN_S},
+                        misfire=misfire,
+                        overlap=overlap,
+                        wait=False,
+                    )
+                    crons[job.job_id] = job
+            for i in range(ONE_TIME_PER_POLICY):
+                job = client.create_job(
+                    name=f"once-{misfire}-{i}",
+                    schedule={"at": outage_at.isoformat()},
+                    target=target,
+                    misfire=misfire,
+                    wait=False,
+                )
+                one_time[job.job_id] = job
+        client.flush()
+
+    # K: an occurrence every cron has been requested for, with time left before the next one
+    def fired_everywhere(k_ms: int) -> bool:
+        seen = {
+            e["job_id"]
+            for e in scenario.history.events()
+            if e["kind"] == "request" and e["scheduled_at_ms"] == k_ms
+        }
+        return set(crons) <= seen
+
+    period_ms = PERIOD_S * 1000
+    k_ms = (utc_ms(created_at) // period_ms + 2) * period_ms
+    while True:
+        wait_for(lambda k=k_ms: fired_everywhere(k), 60, f"every cron's occurrence {k_ms}")  # type: ignore[misc]
+        if time.time() * 1000 < k_ms + period_ms - 1500:
+            break
+        k_ms += period_ms  # too close to the next one: take the next
+    with scenario.fault("all-schedulers-sigkill") as fault:
+        for s in schedulers:
+            s.kill()
+        killed_ms = int(time.time() * 1000)
+        assert killed_ms < k_ms + period_ms, "the schedulers died after the next occurrence"
+        time.sleep(down_s)
+        for s in schedulers:
+            s.start()
+        restarted_ms = int(time.time() * 1000)
+        fault.update(down_s=down_s, k_ms=k_ms)
+    scenario.schedulers_own_all(2)
+
+    # the catch-up happened, then AFTER_S of regular runs
+    def caught_up() -> bool:
+        return all(
+            any(
+                e["kind"] == "request" and e["job_id"] == j and e["scheduled_at_ms"] > restarted_ms
+                for e in scenario.history.events()
+            )
+            for j in crons
+        )
+
+    wait_for(caught_up, 120, "every cron to fire after the restart", interval_s=1)
+    time.sleep(AFTER_S)
+    with scenario.job_client() as client:  # stop the crons so every execution can end
+        for job_id in crons:
+            client.cancel(job_id)
+        client.flush()
+    wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
+    events = scenario.history.events()
+
+    violations, expectations, handled_ms = judge(
+        events, crons, one_time, k_ms, restarted_ms, killed_ms
+    )
+    for job_id, expect in expectations.items():
+        job = crons.get(job_id) or one_time[job_id]
+        scenario.record_job(job, expect, exact=job_id in one_time)
+    report = scenario.finish()
+    statuses = _one_time_statuses(scenario, one_time)
+    for job_id, job in one_time.items():
+        want = "skipped" if job.definition["misfire"] == "skip" else "success"
+        if statuses.get(job_id) != want:
+            violations.append(
+                f"one-time {job.definition['name']}: {statuses.get(job_id)} != {want}"
+            )
+    config: dict[str, Any] = {
+        "down_s": down_s,
+        "cron_period_s": PERIOD_S,
+        "run_s": RUN_S,
+        "crons": len(crons),
+        "one_time_jobs": len(one_time),
+        "schedulers": 2,
+        "workers": 2,
+        "misfire_threshold_s": THRESHOLD_S,
+        "catch_up_after_restart_s": round((handled_ms - restarted_ms) / 1000, 2),
+        "policy_violations": len(violations),
+    }
+    write_figures("schedulers-down", report, size(), config)
+    print("figures:", report.figures(), "config:", config)
+    assert not violations, "\n".join(violations[:20])
+    assert report.ok, report.summary()
+
+
+def _all_results_final(scenario: Scenario) -> bool:
+    final = scenario.recorder.final_statuses()
+    return set(scenario.recorder.executions) <= set(final) and all(
+        s in ("success", "dead") for s in final.values()
+    )
+
+
+def _one_time_statuses(scenario: Scenario, jobs: dict[str, Any]) -> dict[str, str]:
+    with psycopg.connect(scenario.settings.database_url) as conn:
+        rows = conn.execute(
+            "SELECT job_id::text, status FROM jobs WHERE job_id = ANY(%s::uuid[])", (list(jobs),)
+        ).fetchall()
+    return {j: s for j, s in rows}
+
+
+def judge(
+    events: list[dict[str, Any]],
+    crons: dict[str, Any],
+    one_time: dict[str, Any],
+    k_ms: int,
+    restarted_ms: int,
+    killed_ms: int,
+) -> tuple[list[str], dict[str, list[int]], int]:
+    """Policy violations, each job's expected occurrences, and the latest catch-up time.
+
+    Catch-up runs: requests with trigger misfire, and runs of occurrences due before the
+    restart (queue_one's held one fires with trigger schedule once the first ended).
+    Certainly missed: occurrences after K and before the restart minus the misfire
+    threshold (a later one may still fire on time).
+    """
+    period_ms = PERIOD_S * 1000
+    requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e["kind"] == "request" and e["attempt"] == 1:
+            requests[e["job_id"]].append(e)
+    violations: list[str] = []
+    expectations: dict[str, list[int]] = {}
+    missed = list(range(k_ms + period_ms, restarted_ms - THRESHOLD_S * 1000, period_ms))
+    handled_all: list[int] = []
+    for job_id, job in crons.items():
+        d = job.definition
+        name, misfire, overlap = d["name"], d["misfire"], d["overlap"]
+        mine = sorted(requests[job_id], key=lambda r: r["scheduled_at_ms"])
+        catch_up = [
+            r
+            for r in mine
+            if r["scheduled_at_ms"] > k_ms
+            and (r["trigger"] == "misfire" or r["scheduled_at_ms"] < restarted_ms)
+        ]
+        got = [r["scheduled_at_ms"] for r in catch_up]
+        want: list[int]
+        if misfire == "skip":
+            ok, want = not got, []
+        elif misfire == "run_once":
+            ok = len(got) == 1 and got[0] >= missed[-1]
+            want = got if ok else missed[-1:]
+        elif overlap == "allow":
+            want = list(range(k_ms + period_ms, max(got, default=0) + 1, period_ms))
+            ok = got == want and set(missed) <= set(got)
+        elif overlap == "skip":
+            ok, want = got == missed[:1], missed[:1]
+        else:
+            ok, want = got == missed[:2], missed[:2]
+        if not ok:
+            violations.append(
+                f"{name}: missed {_rel(missed, k_ms)} ran {_rel(got, k_ms)}, wanted "
+                f"{_rel(want, k_ms)} (triggers {[r['trigger'] for r in catch_up]})"
+            )
+        handled = max(
+            (r["emitted_at_ms"] for r in catch_up),
+            default=min((r["emitted_at_ms"] for r in mine if r["scheduled_at_ms"] > k_ms),
+                        default=restarted_ms),
+        )  # fmt: skip
+        handled_all.append(handled)
+        before = [r["scheduled_at_ms"] for r in mine if r["scheduled_at_ms"] <= k_ms]
+        regular_from = handled + 2 * period_ms
+        regular_from += (-regular_from) % period_ms
+        last = max((r["scheduled_at_ms"] for r in mine), default=regular_from)
+        expectations[job_id] = sorted(
+            set(before) | set(want) | set(range(regular_from, last + 1, period_ms))
+        )
+    for job_id, job in one_time.items():
+        at_ms = job.definition["schedule"]["at_ms"]
+        expectations[job_id] = [] if job.definition["misfire"] == "skip" else [at_ms]
+    violations += overlap_violations(events, crons)
+    return violations, expectations, max(handled_all, default=restarted_ms)
+
+
+def overlap_violations(events: list[dict[str, Any]], crons: dict[str, Any]) -> list[str]:
+    """Runs of one job (distinct executions) at the sink at the same time, where the job's
+    overlap policy forbids it."""
+    spans: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for e in events:
+        if e["kind"] == "delivery" and e["job_id"] in crons:
+            spans[e["job_id"]].append((e["at_ms"], e["answered_ms"], e["key"]))
+    out: list[str] = []
+    for job_id, runs in spans.items():
+        d = crons[job_id].definition
+        if d["overlap"] == "allow":
+            continue
+        busy_until, busy_key = 0, ""
+        for start, end, key in sorted(runs):
+            if key != busy_key and start < busy_until:
+                out.append(f"{d['name']} ({d['overlap']}): two runs overlap at the sink")
+            if end > busy_until:
+                busy_until, busy_key = end, key
+    return out
+
+
+def _rel(times: list[int], k_ms: int) -> list[float]:
+    return [round((t - k_ms) / 1000, 1) for t in times]
