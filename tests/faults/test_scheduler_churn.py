@@ -52,14 +52,14 @@ def test_competing_schedulers_under_churn_fire_each_job_once(
         time.sleep(CHURN_EVERY_S)
         add = len(live) <= 1 or (len(live) < 3 and rng.random() < 0.5)
         if add:
-            with scenario.fault("add"):
+            with scenario.fault(f"add-{len(steps) + 1}"):
                 live.append(scenario.start_role("scheduler"))
             steps.append("add")
         else:
             victim = live.pop(rng.randrange(len(live)))
             how = "sigkill" if removals % 2 == 0 else "sigterm"
             removals += 1
-            with scenario.fault(f"{how}-{victim.name}"):
+            with scenario.fault(f"{how}-{victim.name}-{len(steps) + 1}"):
                 victim.kill() if how == "sigkill" else victim.terminate(timeout_s=30)
             steps.append(how)
 
