@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from duetime.core.config import CommonSettings
+from duetime.core.topics import Topics
 from tests.faults.harness import Scenario
 
 
@@ -20,3 +31,80 @@ def lateness_vs_schedule_ms(scenario: Scenario) -> float:
         if e["kind"] == "job" and e["expect_ms"] and e["job_id"] in first
     ]
     return float(max(late, default=0))
+
+
+def write_counts(name: str, figures: dict[str, Any], config: dict[str, Any]) -> Path:
+    """``bench/results/faults-<name>.json`` for a scenario judged without the history checker
+    (poison, oversized): its own counts in the same fields the reliability table reads."""
+    from bench.common import machine
+    from tests.faults.harness import RESULTS, size
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {
+        "recovery_s": None,
+        "max_lateness_ms": None,
+        **figures,
+        "size": size(),
+        "config": config,
+        "machine": machine(),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path = RESULTS / f"faults-{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+@dataclass
+class Parked:
+    role: str
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    error: str
+
+
+def parked(settings: CommonSettings) -> list[Parked]:
+    """Everything in the poison topic now (read to its end)."""
+    topics = Topics(settings.topic_prefix)
+    c = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"poison-check-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        tps = [TopicPartition(topics.poison, p, 0) for p in range(settings.partitions)]
+        c.assign(tps)
+        ends = {p: c.get_watermark_offsets(tp, timeout=10)[1] for p, tp in enumerate(tps)}
+        done: set[int] = {p for p, end in ends.items() if end == 0}
+        out: list[Parked] = []
+        deadline = time.monotonic() + 60
+        while len(done) < len(tps):
+            assert time.monotonic() < deadline, "reading the poison topic took over 60 s"
+            for m in c.consume(500, 0.5):
+                if m.error():
+                    done.add(m.partition() or 0)
+                    continue
+                raw = m.headers() or []
+                items = raw.items() if isinstance(raw, dict) else raw
+                h = {
+                    str(k): v.decode(errors="replace") if isinstance(v, bytes) else str(v or "")
+                    for k, v in items
+                }
+                out.append(
+                    Parked(
+                        role=h.get("duetime-role", "?"),
+                        topic=h.get("duetime-source-topic", "?"),
+                        partition=int(h.get("duetime-source-partition", "-1")),
+                        offset=int(h.get("duetime-source-offset", "-1")),
+                        value=m.value(),
+                        error=h.get("duetime-error", ""),
+                    )
+                )
+        return out
+    finally:
+        c.close()

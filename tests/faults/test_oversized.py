@@ -30,7 +30,7 @@ from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schemas.codec import Codec
 from tests.e2e.procs import Role, role_env
-from tests.faults.test_poison import parked
+from tests.faults.support import parked, write_counts
 from tests.helpers import TopicReader, wait_for
 from tests.integration.test_api_support import RunningApi, table_counts, topic_record_count
 from tests.integration.test_worker_support import Sink
@@ -215,6 +215,25 @@ def test_oversized_definitions_and_results_fail_alone(
         requests.close()
 
     per_job = Counter(r["job_id"] for r in requests.snapshot())
+    deliveries = Counter(d.job_id for d in sink.deliveries)
+    everyone = http_jobs | set(python_jobs)
+    write_counts(
+        "oversized",
+        {
+            "jobs": len(everyone),
+            "lost": sum(1 for j in everyone if j not in done),
+            "duplicate_effects": sum(1 for j in http_jobs if deliveries[j] > 1)
+            + sum(1 for j in python_jobs if len(done.get(j, [])) > 1),
+            "duplicate_requests": sum(1 for j in everyone if per_job[j] > 1),
+            "oversized_definitions_parked": len(giant_parked),
+        },
+        {
+            "python_results": {"ok": 10, "2 MiB output": 10, "2 MiB error message": 10},
+            "http_jobs": len(http_jobs),
+            "definition_bytes": len(codec.encode("job", giant)),
+            "edge": "SDK, REST (413), CLI refuse payload/labels/target over their limits",
+        },
+    )
     assert {j: n for j, n in per_job.items() if n != 1} == {}
     assert giant["job_id"] not in per_job
     for job_id in http_jobs:

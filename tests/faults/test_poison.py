@@ -19,7 +19,6 @@ restarted nothing is parked again (no redelivery loop).
 
 from __future__ import annotations
 
-import os
 import random
 import time
 import uuid
@@ -38,13 +37,15 @@ from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schemas.codec import Codec
 from tests.e2e.procs import Role, role_env
+from tests.faults.harness import size
+from tests.faults.support import parked, write_counts
 from tests.helpers import TopicReader, wait_for
 from tests.integration.test_dag_support import delete_internal_topics, wait_known
 from tests.integration.test_worker_support import Sink
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = {"at": "2020-01-01T00:00:00Z"}
-JOBS_PER_PHASE = int(os.environ.get("DUETIME_FAULTS_POISON_JOBS", "20"))
+JOBS_PER_PHASE = {"ci": 20, "full": 200}[size()]
 NOT_A_UUID = "not-a-uuid"
 
 
@@ -73,16 +74,6 @@ class Injected:
     value: bytes
     roles: set[str]
     """The roles expected to park it."""
-
-
-@dataclass
-class Parked:
-    role: str
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-    error: str
 
 
 # --- the roles ----------------------------------------------------------------------------
@@ -351,52 +342,6 @@ def inject(
     return injected
 
 
-def parked(settings: CommonSettings) -> list[Parked]:
-    """Everything in the poison topic now (read to its end)."""
-    topics = Topics(settings.topic_prefix)
-    c = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"poison-check-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        tps = [TopicPartition(topics.poison, p, 0) for p in range(settings.partitions)]
-        c.assign(tps)
-        ends = {p: c.get_watermark_offsets(tp, timeout=10)[1] for p, tp in enumerate(tps)}
-        done: set[int] = {p for p, end in ends.items() if end == 0}
-        out: list[Parked] = []
-        deadline = time.monotonic() + 60
-        while len(done) < len(tps):
-            assert time.monotonic() < deadline, "reading the poison topic took over 60 s"
-            for m in c.consume(500, 0.5):
-                if m.error():
-                    done.add(m.partition() or 0)
-                    continue
-                raw = m.headers() or []
-                items = raw.items() if isinstance(raw, dict) else raw
-                h = {
-                    str(k): v.decode(errors="replace") if isinstance(v, bytes) else str(v or "")
-                    for k, v in items
-                }
-                out.append(
-                    Parked(
-                        role=h.get("duetime-role", "?"),
-                        topic=h.get("duetime-source-topic", "?"),
-                        partition=int(h.get("duetime-source-partition", "-1")),
-                        offset=int(h.get("duetime-source-offset", "-1")),
-                        value=m.value(),
-                        error=h.get("duetime-error", ""),
-                    )
-                )
-        return out
-    finally:
-        c.close()
-
-
 def committed(settings: CommonSettings, group: str, tps: list[tuple[str, int]]) -> dict[Any, int]:
     c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group})
     try:
@@ -558,8 +503,26 @@ def test_poison_on_every_topic_is_parked_once_and_every_role_moves_on(
     # good records: one execution request and one delivery per job, all success
     good = first.jobs + second.jobs + third.jobs
     requests = Counter(r["job_id"] for r in requests_in(executions, codec))
-    assert {j: requests[j] for j in good if requests[j] != 1} == {}
     deliveries = Counter(d.job_id for d in sink.deliveries)
+    write_counts(
+        "poison",
+        {
+            "jobs": len(good),
+            "lost": sum(1 for j in good if deliveries[j] == 0),
+            "duplicate_effects": sum(1 for j in good if deliveries[j] > 1),
+            "duplicate_requests": sum(1 for j in good if requests[j] > 1),
+            "bad_records": len(injected),
+            "parked_copies": sum(counts.values()),
+            "parked_again_after_restart": sum((after_restart - before_restart).values()),
+        },
+        {
+            "topics": sorted({i.topic.removeprefix(settings.topic_prefix) for i in injected}),
+            "kinds": sorted({i.kind for i in injected}),
+            "partitions": settings.partitions,
+            "roles": ["scheduler", "worker", "projector", "resolver"],
+        },
+    )
+    assert {j: requests[j] for j in good if requests[j] != 1} == {}
     assert {j: deliveries[j] for j in good if deliveries[j] != 1} == {}
     assert set(statuses(settings, good).values()) == {"success"}
     print(
