@@ -10,7 +10,7 @@ group session; the scheduler's commit times out with an unknown outcome. Once tr
 again the scheduler must recreate its producers (KIP-890 is not in librdkafka: never retry on
 the old instance), rejoin, restore from its changelog and fire everything that fell due: no
 lost occurrence, no duplicate request or effect, no torn (hanging or aborted-but-read)
-transaction. CI size: 10 s cut with a 5 s transaction timeout; full: 40 s with the default 30 s.
+transaction. CI size: 8 s cut with a 5 s transaction timeout; full: 40 s with the default 30 s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.faults.proxy import TcpProxy
 from tests.faults.support import lateness_vs_schedule_ms
 
 SIZES: dict[str, dict[str, Any]] = {
-    "ci": {"jobs": 600, "spread_s": 40, "txn_timeout_ms": 5000, "cut_s": 10},
+    "ci": {"jobs": 300, "spread_s": 25, "txn_timeout_ms": 5000, "cut_s": 8},
     "full": {"jobs": 3000, "spread_s": 120, "txn_timeout_ms": 30_000, "cut_s": 40},
 }
 
