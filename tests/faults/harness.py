@@ -782,7 +782,9 @@ def _read_offsets(
 
 
 def write_figures(name: str, report: Report, size: str, config: dict[str, Any]) -> Path:
-    """``bench/results/faults-<name>.json``: the report's figures with the machine record."""
+    """``bench/results/faults-<name>.json`` (``faults-<name>-ci.json`` at the CI size, so
+    that ``./run test`` never overwrites the campaign's figures): the report's figures with
+    the machine record."""
     from bench.common import machine
 
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -793,7 +795,7 @@ def write_figures(name: str, report: Report, size: str, config: dict[str, Any]) 
         "machine": machine(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = RESULTS / f"faults-{name}.json"
+    path = RESULTS / f"faults-{name}{'' if size == 'full' else '-' + size}.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return path
 
