@@ -33,7 +33,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from duetime.core.errors import DuetimeError
+from duetime.core.errors import DecodeError, DuetimeError
 from duetime.core.jobspec import MAX_DEFINITION_BYTES
 from duetime.core.kafka import ErrorClass, classify, watermarks
 from duetime.core.poison import poison_headers, poison_value
@@ -163,7 +163,21 @@ class PartitionOwner:
         if job_id in self.pending.dirty:
             return self.pending.dirty[job_id]
         raw = self.store.get(job_id)
-        return None if raw is None else self.codec.decode("state", raw)
+        if raw is None:
+            return None
+        try:
+            return self.codec.decode("state", raw)
+        except DecodeError as exc:
+            # only schedulers write the changelog, so this is corruption, not traffic: the job
+            # is treated as unknown (a new definition starts it afresh) rather than ending the
+            # process at every restore
+            metrics.POISON.labels(topic=self.topics.state).inc()
+            log.error(
+                "the changelog's state of a job does not decode: treating the job as unknown: %s",
+                exc,
+                extra={"job_id": job_id, "partition": self.partition},
+            )
+            return None
 
     def handle(self, msg: Message, now_ms: int) -> None:
         """Apply one input record (jobs, control or results) to the cycle."""

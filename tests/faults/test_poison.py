@@ -342,6 +342,41 @@ def inject(
     return injected
 
 
+def corrupt_states(
+    settings: CommonSettings, originals: list[Any], rng: random.Random
+) -> list[Injected]:
+    """Random bytes under the keys (and partitions) of real job states, with a wake-up time
+    of now: what a scheduler restoring the partition will try to fire."""
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "acks": "all"})
+    out: list[Injected] = []
+    wake = str(time.time_ns() // 1_000_000).encode()
+    for original in originals:
+
+        def delivered(err: Any, msg: Any) -> None:
+            assert err is None, err
+            out.append(
+                Injected(
+                    "corrupt-state",
+                    msg.topic(),
+                    msg.partition(),
+                    msg.offset(),
+                    msg.value(),
+                    {"projector"},
+                )
+            )
+
+        producer.produce(
+            original.topic(),
+            key=original.key(),
+            value=rng.randbytes(64),
+            partition=original.partition(),
+            headers=[("duetime-wake-ms", wake)],
+            on_delivery=delivered,
+        )
+    assert producer.flush(30) == 0
+    return out
+
+
 def committed(settings: CommonSettings, group: str, tps: list[tuple[str, int]]) -> dict[Any, int]:
     c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group})
     try:
@@ -450,6 +485,16 @@ def test_poison_on_every_topic_is_parked_once_and_every_role_moves_on(
                     if r["job_id"] == dag.job_ids["b"] and r["dag_run_id"] == phase.dag_run_id
                 ]
                 assert len(b_requests) == 1, (phase.dag_run_id, b_requests)
+
+            # a corrupt changelog: states that do not decode, under the keys of jobs that ran,
+            # due now; the restarted scheduler restores them and must carry on
+            states = {m.key(): m for m in everything.raw if m.topic() == topics.state}
+            corrupt = corrupt_states(settings, [states[j.encode()] for j in first.jobs[:3]], rng)
+            injected += corrupt
+            expected.update(
+                (role, i.topic, i.partition, i.offset) for i in corrupt for role in i.roles
+            )
+            wait_for(all_parked, 60, "the projector to park the corrupt states", 1.0)
 
             # restart every role: nothing is parked again, new work still flows
             roles.stop()
