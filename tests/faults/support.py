@@ -34,8 +34,9 @@ def lateness_vs_schedule_ms(scenario: Scenario) -> float:
 
 
 def write_counts(name: str, figures: dict[str, Any], config: dict[str, Any]) -> Path:
-    """``bench/results/faults-<name>.json`` for a scenario judged without the history checker
-    (poison, oversized): its own counts in the same fields the reliability table reads."""
+    """``bench/results/faults-<name>.json`` (``-ci`` at the CI size, as ``write_figures``) for a
+    scenario judged without the history checker (poison, oversized): its own counts in the
+    fields the reliability table reads."""
     from bench.common import machine
     from tests.faults.harness import RESULTS, size
 
@@ -49,7 +50,7 @@ def write_counts(name: str, figures: dict[str, Any], config: dict[str, Any]) -> 
         "machine": machine(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = RESULTS / f"faults-{name}.json"
+    path = RESULTS / f"faults-{name}{'' if size() == 'full' else '-' + size()}.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return path
 
