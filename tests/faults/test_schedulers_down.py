@@ -1,10 +1,11 @@
 """Every scheduler down while crons and one-time jobs fall due, then restarted (issue 8).
 
-Crons every 5 s with each misfire policy × each overlap policy, and one-time jobs due during
-the outage with each misfire policy; workers keep running (runs take 1.5 s). Both schedulers
-are SIGKILLed right after an occurrence K fired, stay down (CI: 30 s, full: 5 minutes), and
-start again. Then, per job, the occurrences in (K, handling time] — the missed ones — ran
-exactly as the job's policies declare (schedule.misfire_fires, overlap_decision):
+Crons every 5 s with each misfire policy × each overlap policy, and one-time jobs (created
+during the outage, due 5 s into it) with each misfire policy; workers keep running (runs
+take 1.5 s). Both schedulers are SIGKILLed right after an occurrence K fired, stay down
+(CI: 30 s, full: 5 minutes), and start again. Then, per job, the occurrences in (K, handling
+time] — the missed ones — ran exactly as the job's policies declare
+(schedule.misfire_fires, overlap_decision):
 
 | misfire | overlap | missed occurrences that run |
 |---|---|---|
@@ -59,7 +60,6 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
     crons: dict[str, Any] = {}
     one_time: dict[str, Any] = {}
     target = {"type": "http", "url": scenario.sink.url}
-    outage_at = created_at + timedelta(seconds=20 + down_s / 2)
     with scenario.job_client() as client:
         for misfire in MISFIRES:
             for overlap in OVERLAPS:
@@ -78,15 +78,6 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
                         wait=False,
                     )
                     crons[job.job_id] = job
-            for i in range(ONE_TIME_PER_POLICY):
-                job = client.create_job(
-                    name=f"once-{misfire}-{i}",
-                    schedule={"at": outage_at.isoformat()},
-                    target=target,
-                    misfire=misfire,
-                    wait=False,
-                )
-                one_time[job.job_id] = job
         client.flush()
 
     # K: an occurrence every cron has been requested for, with time left before the next one
@@ -110,7 +101,20 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
             s.kill()
         killed_ms = int(time.time() * 1000)
         assert killed_ms < k_ms + period_ms, "the schedulers died after the next occurrence"
-        time.sleep(down_s)
+        # one-time jobs created while no scheduler runs, due well before any is back
+        outage_at = datetime.now(UTC) + timedelta(seconds=5)
+        with scenario.job_client() as client:
+            for misfire in MISFIRES:
+                for i in range(ONE_TIME_PER_POLICY):
+                    job = client.create_job(
+                        name=f"once-{misfire}-{i}",
+                        schedule={"at": outage_at.isoformat()},
+                        target=target,
+                        misfire=misfire,
+                        wait=False,
+                    )
+                    one_time[job.job_id] = job
+        time.sleep(max(0.0, down_s - (time.time() * 1000 - killed_ms) / 1000))
         for s in schedulers:
             s.start()
         restarted_ms = int(time.time() * 1000)
