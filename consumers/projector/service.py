@@ -329,17 +329,22 @@ class Projector:
     # --- positions ------------------------------------------------------------------------
 
     def _positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Where each partition was projected up to, from PostgreSQL. Waits for PostgreSQL as
+        long as it takes (a projector has nothing else to do meanwhile; giving up here, inside
+        a rebalance callback, ended the process during an outage of a minute)."""
         stored: dict[tuple[str, int], int] = {}
-        for attempt in range(10):
+        backoff_s = 0.5
+        while True:
             try:
                 stored = self.store.offsets()
                 break
             except psycopg.Error as exc:
                 self.store.close()
-                if attempt == 9:
+                if self._stop.is_set():
                     raise
                 log.warning("reading stored offsets failed (%s); retrying", exc)
-                time.sleep(1.0)
+                self._stop.wait(backoff_s)
+                backoff_s = min(5.0, backoff_s * 2)
         for tp in partitions:
             tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
         return partitions
