@@ -42,7 +42,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for path in sorted(RESULTS.glob("faults-*.json")):
         result = json.loads(path.read_text())
-        print(row(path.stem.removeprefix("faults-"), result))
+        print(row(path.stem.removeprefix("faults-").removesuffix("-ci"), result))
 
 
 if __name__ == "__main__":
