@@ -607,16 +607,18 @@ class Scenario:
         self.report = check(self.history.events())
         return self.report
 
-    def end_offsets(self, committed: bool, timeout_s: float = 30) -> dict[tuple[str, int], int]:
-        """Per execution partition: the last stable offset (``committed``) or the high
-        watermark, from the broker (ListOffsets)."""
+    def end_offsets(
+        self, committed: bool, timeout_s: float = 30, topics: list[str] | None = None
+    ) -> dict[tuple[str, int], int]:
+        """Per partition of ``topics`` (default: the execution topics): the last stable offset
+        (``committed``) or the high watermark, from the broker (ListOffsets)."""
         from confluent_kafka import IsolationLevel
         from confluent_kafka.admin import AdminClient, OffsetSpec
 
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         tps = [
             TopicPartition(t, p)
-            for t in self.topics.executions
+            for t in (topics or self.topics.executions)
             for p in range(self.settings.partitions)
         ]
         deadline = time.monotonic() + timeout_s
@@ -644,22 +646,25 @@ class Scenario:
         return sorted(tp for tp in high if stable[tp] < high[tp])
 
     def _audit_topics(self, settle_s: float) -> None:
-        def ends(committed: bool) -> dict[tuple[str, int], int]:
-            return self.end_offsets(committed)
+        # every topic the scheduler writes in its transactions
+        t = self.topics
+        written = [*t.executions, t.state, t.dlq, t.control, t.dag_runs]
 
         # 1. hanging transactions: the last stable offset must catch up with the high watermark
         lso_rows: list[dict[str, Any]] = []
         deadline = time.monotonic() + settle_s
         while True:
-            high = ends(committed=False)
-            stable = ends(committed=True)
-            behind = {tp for tp in high if stable[tp] < high[tp]}
+            all_high = self.end_offsets(committed=False, topics=written)
+            all_stable = self.end_offsets(committed=True, topics=written)
+            behind = {tp for tp in all_high if all_stable[tp] < all_high[tp]}
             if not behind or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        for tp in high:
-            row = {"topic": tp[0], "partition": tp[1], "lso": stable[tp], "high": high[tp]}
-            lso_rows.append({**row, "settled": stable[tp] >= high[tp]})
+        for tp in all_high:
+            row = {"topic": tp[0], "partition": tp[1], "lso": all_stable[tp], "high": all_high[tp]}
+            lso_rows.append({**row, "settled": all_stable[tp] >= all_high[tp]})
+        high = {tp: n for tp, n in all_high.items() if tp[0] in t.executions}
+        stable = {tp: n for tp, n in all_stable.items() if tp[0] in t.executions}
         # 2. the recorder has read everything committed
         with contextlib.suppress(AssertionError):
             wait_for(lambda: self.recorder.caught_up_to(stable), 60, "the recorder to catch up")
