@@ -2,7 +2,9 @@
 
 One scheduler, two workers and a projector run against the harness's own broker while one-time
 jobs and two-second crons fall due. When an execution partition has an open transaction the
-broker is SIGKILLed; 10 s later it starts again on the same storage. Nobody touches the roles.
+scheduler is frozen for a moment (SIGSTOP, so that the transaction stays open), the broker is
+SIGKILLed and the scheduler thawed; 10 s later the broker starts again on the same storage.
+Nothing else touches the roles.
 Then: every job ran once (effects at the sink), no read_committed reader saw an aborted record,
 no transaction hangs (the last stable offset catches up), every role is still running.
 """
@@ -81,14 +83,21 @@ def test_broker_sigkill_mid_transaction_and_restart(
     start = datetime.now(UTC) + timedelta(seconds=3)
     expected = create_load(scenario, start, sized["jobs"], sized["crons"], sized["load_s"])
 
-    # a third into the load, wait for an open transaction on an execution topic, then kill
+    # a third into the load, catch the scheduler with a transaction open on an execution
+    # topic: freeze it (SIGSTOP) so the transaction stays open, check, kill the broker, thaw
     time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + sized["load_s"] / 3)
+    scheduler = scenario.of_kind("scheduler")[0]
     open_txn: list[tuple[str, int]] = []
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while not open_txn and time.monotonic() < deadline:
-        open_txn = scenario.open_transactions()
+        if scenario.open_transactions():
+            scheduler.pause()
+            open_txn = scenario.open_transactions()
+            if not open_txn:
+                scheduler.resume()  # it had committed meanwhile: try again
     with scenario.fault("broker-sigkill") as fault:
         fault_stack.kill_broker()
+        scheduler.resume()
         killed_at = time.monotonic()
         time.sleep(max(0.0, DOWN_S - (time.monotonic() - killed_at)))
         restart_s = fault_stack.start_broker()
