@@ -43,7 +43,7 @@ from tests.faults.support import lateness_vs_schedule_ms
 SIZES: dict[str, dict[str, Any]] = {
     # a 64 KiB payload is written about five times (definition, execution request, and the
     # state records that embed the definition): the headroom holds a few dozen such jobs
-    "ci": {"tmpfs_mb": 64, "headroom_mb": 3, "payload_kb": 64, "after_jobs": 20},
+    "ci": {"tmpfs_mb": 64, "headroom_mb": 3, "payload_kb": 64, "after_jobs": 10},
     "full": {"tmpfs_mb": 128, "headroom_mb": 8, "payload_kb": 64, "after_jobs": 300},
 }
 

@@ -27,7 +27,7 @@ from tests.faults.proxy import TcpProxy
 from tests.faults.support import lateness_vs_schedule_ms
 
 SIZES: dict[str, dict[str, Any]] = {
-    "ci": {"jobs": 300, "spread_s": 25, "txn_timeout_ms": 5000, "cut_s": 8},
+    "ci": {"jobs": 200, "spread_s": 15, "txn_timeout_ms": 5000, "cut_s": 8},
     "full": {"jobs": 3000, "spread_s": 120, "txn_timeout_ms": 30_000, "cut_s": 40},
 }
 

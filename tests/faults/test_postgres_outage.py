@@ -31,7 +31,7 @@ from tests.faults.harness import (
 from tests.faults.support import lateness_vs_schedule_ms
 
 SIZES: dict[str, dict[str, Any]] = {
-    "ci": {"jobs": 300, "spread_s": 25, "down_s": 15},
+    "ci": {"jobs": 200, "spread_s": 20, "down_s": 15},
     "full": {"jobs": 3000, "spread_s": 180, "down_s": 60},
 }
 WORKER_ENV = {"DUETIME_WORKER_CONCURRENCY": "50", "DUETIME_LEASE_TTL_S": "5"}
