@@ -390,6 +390,21 @@ class Recorder:
                 if msg.error():
                     continue
                 self._record(msg)
+            if not batch:
+                self._step_over_markers()
+
+    def _step_over_markers(self) -> None:
+        """The consumer's position steps over transaction markers (which are never delivered),
+        so a partition whose last record is a commit marker still counts as read to its end."""
+        try:
+            tps = self.consumer.position(self.consumer.assignment())
+        except KafkaException:
+            return
+        with self._lock:
+            for tp in tps:
+                key = (tp.topic, tp.partition)
+                if tp.offset > self.positions.get(key, 0):
+                    self.positions[key] = tp.offset
 
     def _record(self, msg: Any) -> None:
         topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
