@@ -175,6 +175,7 @@ def wait_owned(log_name: str, partitions: int, timeout_s: float = 120) -> float:
 def summarize(
     name: str, reader: Reader, ids: list[str], t0_ms: int, config: dict[str, Any], title: str
 ) -> dict[str, Any]:
+    """The figures of a run; with a ``title``, also its lateness plot."""
     seen = list(reader.seen)
     counts = Counter(job for job, *_ in seen)
     wanted = set(ids)
@@ -198,12 +199,14 @@ def summarize(
         "duplicates": sum(n - 1 for n in counts.values() if n > 1),
         "config": config,
     }
+    if not title:
+        return result
     xs = [(recv - t0_ms) / 1000 for *_, recv in seen]
     plot_series(
         name,
         title,
         {
-            "emit lateness": (xs, [e for e in emit]),
+            "emit lateness": (xs, emit),
             "visible lateness": (xs, visible),
         },
         "seconds since the first job was due",
@@ -476,7 +479,7 @@ def scenario_failover(
             f"--duration-s {duration_s:g} --kill-at-s {kill_at_s:g} "
             f"--restart-at-s {restart_at_s:g}",
         },
-        "",
+        "",  # no plot here: _plot_failover draws one with the kill and the join marked
     )
 
     # recovery from the kill: until the last job due before the replacement started that
