@@ -21,7 +21,12 @@ from duetime.core import kafka
 from duetime.core.config import CommonSettings, Env
 from duetime.core.dag import validate_dag_pairs
 from duetime.core.errors import PayloadTooLarge, RetryableError, ValidationError
-from duetime.core.jobspec import DEFAULT_MAX_PAYLOAD_BYTES, build_job, parse_uuid
+from duetime.core.jobspec import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_DEFINITION_BYTES,
+    build_job,
+    parse_uuid,
+)
 from duetime.core.schedule import first_fire
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -95,7 +100,18 @@ class JobClient:
     def build(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
         """Validate a job without publishing it; returns its JobDefinition record."""
         body = {**(spec or {}), **fields}
-        return build_job(body, now_ms=_now_ms(), max_payload_bytes=self.max_payload_bytes)
+        return self._build(body, _now_ms())
+
+    def _build(
+        self, body: Mapping[str, Any], now_ms: int, *, internal: bool = False
+    ) -> dict[str, Any]:
+        return build_job(
+            body,
+            now_ms=now_ms,
+            max_payload_bytes=(1 << 30) if internal else self.max_payload_bytes,
+            topic_prefix=self.settings.topic_prefix,
+            internal=internal,
+        )
 
     def create_job(
         self, spec: Mapping[str, Any] | None = None, *, wait: bool = True, **fields: Any
@@ -207,7 +223,7 @@ class JobClient:
             for m in members
         ]
         # the trigger job: the DAG's schedule and overlap policy; its payload lists the nodes
-        trigger = build_job(
+        trigger = self._build(
             {
                 "job_id": dag_trigger_job_id(dag_id),
                 "name": name,
@@ -218,8 +234,8 @@ class JobClient:
                 "misfire": "run_once",
                 "labels": {DAG_LABEL: dag_id},
             },
-            now_ms=now_ms,
-            max_payload_bytes=1 << 30,  # the node list: bounded by the DAG's node limit
+            now_ms,
+            internal=True,  # the reserved label; the payload (node list) is sized below
         )
         definition = {
             "dag_id": dag_id,
@@ -230,7 +246,39 @@ class JobClient:
             "overlap": trigger["overlap"],
             "nodes": nodes,
         }
+        self._check_run_event_size(definition)
         return definition, [*members, trigger]
+
+    def _check_run_event_size(self, definition: Mapping[str, Any]) -> None:
+        """Refuse a DAG whose run would not fit in one record: the scheduler writes the run's
+        ``started`` event (every node, its dependencies and its status) in the transaction
+        that starts it, so an event over the record limit would abort that transaction, and
+        every later one of its partition, forever. Measured encoded, as the scheduler will
+        write it."""
+        nodes = definition["nodes"]
+        event = {
+            "dag_id": definition["dag_id"],
+            "dag_run_id": definition["dag_id"],  # a UUID: the same size as a run's id
+            "kind": "started",
+            "at_ms": definition["created_at_ms"],
+            "status": "running",
+            "node_key": None,
+            "node_status": None,
+            "node_statuses": {n["key"]: "blocked" for n in nodes},
+            "nodes": [
+                {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
+                for n in nodes
+            ],
+            "trigger_job_id": dag_trigger_job_id(definition["dag_id"]),
+        }
+        size = len(self.codec.encode("dag_run", event))
+        size = max(size, len(self.codec.encode("dag", definition)))
+        if size > MAX_DEFINITION_BYTES:
+            raise PayloadTooLarge(
+                f"the DAG's run event would be {size} bytes, over the record limit of "
+                f"{MAX_DEFINITION_BYTES}: use fewer nodes or shorter keys",
+                details={"field": "jobs", "size_bytes": size, "limit_bytes": MAX_DEFINITION_BYTES},
+            )
 
     def _member(
         self, dag_id: str, index: int, job: Mapping[str, Any], now_ms: int
@@ -255,7 +303,7 @@ class JobClient:
             depends_on=list(job.get("depends_on") or []),
         )
         try:
-            return build_job(body, now_ms=now_ms, max_payload_bytes=self.max_payload_bytes)
+            return self._build(body, now_ms)
         except ValidationError as exc:
             field = f"jobs[{index}].{exc.field}" if exc.field else f"jobs[{index}]"
             details = {k: v for k, v in exc.details.items() if k != "field"}

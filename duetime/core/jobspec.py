@@ -9,14 +9,24 @@ before anything reaches Kafka. Errors are :class:`ValidationError` (422) naming 
 from __future__ import annotations
 
 import json
-import math
 import re
+import sys
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from .errors import PayloadTooLarge, ValidationError
+from .inputs import (
+    RESERVED_PREFIX,
+    check_headers,
+    check_json_value,
+    check_labels,
+    check_number,
+    check_text,
+    check_topic,
+    reserved_prefixes,
+)
 from .models import Misfire, Overlap, Priority, TargetType
 from .retry import RetryPolicy
 from .schedule import Cron, OneTime, Schedule, parse_schedule, schedule_to_dict
@@ -29,7 +39,12 @@ bytes. Measured as the field values' JSON (strings as their bytes): a little abo
 _SIZED_FIELDS = ("payload_json", "labels", "target", "depends_on", "dag_key", "schedule")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_REF_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
+_TASK_NAME_RE = re.compile(r"^[A-Za-z_][\w.-]{0,199}$")
+"""A registered task's name (``@duetime.task("send-invoice")``)."""
+_CALLABLE_REF_RE = re.compile(
+    r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z]\w*(?:\.[A-Za-z]\w*)*)$"
+)
+"""``package.module:function``; no attribute on the path may be private or dunder."""
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _KEYS = frozenset(
     {
@@ -87,7 +102,7 @@ def parse_uuid(value: Any, field: str) -> str:
         raise ValidationError(f"{field} {value!r} is not a UUID", field=field) from None
 
 
-def _target(raw: Any) -> dict[str, Any]:
+def _target(raw: Any, prefixes: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise ValidationError("target must be an object with a 'type'", field="target")
     kind = raw.get("type")
@@ -119,29 +134,54 @@ def _target(raw: Any) -> dict[str, Any]:
                 f"target.method {method!r} is not one of {', '.join(_METHODS)}",
                 field="target.method",
             )
-        headers = raw.get("headers") or {}
-        if not isinstance(headers, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
+        if re.search(r"[\x00-\x20\x7f]", url):
             raise ValidationError(
-                "target.headers must map strings to strings", field="target.headers"
+                "target.url contains whitespace or a control character", field="target.url"
             )
-        return {"url": url, "method": method, "headers": dict(headers)}
+        headers = check_headers(raw.get("headers") or {})
+        return {"url": url, "method": method, "headers": headers}
     if target_type is TargetType.PYTHON:
-        ref = raw.get("ref")
-        if not isinstance(ref, str) or not _REF_RE.match(ref):
-            raise ValidationError(
-                "target.ref must be 'package.module:function' or a registered task name",
-                field="target.ref",
-            )
-        return {"ref": ref}
+        return {"ref": _python_ref(raw.get("ref"))}
     topic = raw.get("topic")
     if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
         raise ValidationError(
             "target.topic must be a Kafka topic name (letters, digits, '.', '_', '-')",
             field="target.topic",
         )
+    check_topic(topic, prefixes=prefixes)
     return {"topic": topic}
+
+
+def _python_ref(ref: Any) -> str:
+    """A registered task name, or ``module:function`` outside the standard library with no
+    private or dunder part. Workers check their operator's allow-list again before importing
+    anything (``DUETIME_WORKER_PYTHON_MODULES``); this refuses early what no worker may run."""
+    if not isinstance(ref, str):
+        raise ValidationError("target.ref must be a string", field="target.ref")
+    if ":" not in ref:
+        if not _TASK_NAME_RE.match(ref):
+            raise ValidationError(
+                "target.ref must be 'package.module:function' or a registered task name "
+                "(letters, digits, '_', '.', '-')",
+                field="target.ref",
+            )
+        return ref
+    match = _CALLABLE_REF_RE.match(ref)
+    if match is None or len(ref) > 400:
+        raise ValidationError(
+            "target.ref must be 'package.module:function' with no private ('_') attribute",
+            field="target.ref",
+        )
+    module = match.group(1)
+    if any(part.startswith("__") for part in module.split(".")):
+        raise ValidationError(f"target.ref names a dunder module ({module!r})", field="target.ref")
+    if module.split(".")[0] in sys.stdlib_module_names:
+        raise ValidationError(
+            f"target.ref {ref!r} is in the standard library ({module.split('.')[0]!r}): only "
+            "tasks of modules a worker's operator allowed can run",
+            field="target.ref",
+        )
+    return ref
 
 
 def target_to_api(target: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,20 +231,25 @@ def build_job(
     now_ms: int,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     revision: int | None = None,
+    topic_prefix: str = RESERVED_PREFIX,
+    internal: bool = False,
 ) -> dict[str, Any]:
-    """Validate a job body and return its ``JobDefinition`` record."""
+    """Validate a job body and return its ``JobDefinition`` record.
+
+    ``topic_prefix``: the deployment's, reserved like ``duetime.`` (labels, Kafka target
+    topics). ``internal``: the SDK building a DAG's trigger job, the one caller that may set
+    a reserved label.
+    """
     if not isinstance(body, Mapping):
         raise ValidationError("a job must be a JSON object", field="")
     unknown = sorted(k for k in body if k not in _KEYS)
     if unknown:
         raise ValidationError(f"unknown job field(s): {', '.join(unknown)}", field=unknown[0])
-    name = body.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ValidationError(
-            "name must be a non-empty string of at most 200 characters", field="name"
-        )
+    prefixes = reserved_prefixes(topic_prefix)
+    name = check_text(body.get("name"), "name", max_chars=200)
     job_id = parse_uuid(body["job_id"], "job_id") if body.get("job_id") else str(uuid.uuid4())
     schedule = None if body.get("schedule") is None else parse_schedule(body["schedule"])
+    check_json_value(body.get("payload"), "payload")
     payload_json = json.dumps(body.get("payload"), separators=(",", ":"), ensure_ascii=False)
     size = len(payload_json.encode())
     if size > max_payload_bytes:
@@ -213,24 +258,19 @@ def build_job(
             details={"field": "payload", "size_bytes": size, "limit_bytes": max_payload_bytes},
         )
     retry = RetryPolicy.from_dict(body.get("retry"))
-    timeout_s = body.get("timeout_s", 300)
-    if (
-        isinstance(timeout_s, bool)
-        or not isinstance(timeout_s, int | float)
-        or not math.isfinite(timeout_s)
-        or not 0 < timeout_s <= MAX_TIMEOUT_S
-    ):
-        raise ValidationError(
-            f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]", field="timeout_s"
-        )
+    timeout_s = check_number(
+        body.get("timeout_s", 300), "timeout_s", lo=0, hi=MAX_TIMEOUT_S, lo_open=True
+    )
     labels = body.get("labels") or {}
-    if not isinstance(labels, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-    ):
-        raise ValidationError("labels must map strings to strings", field="labels")
+    check_labels(labels, prefixes=prefixes, allow_reserved=internal)
     depends_on = body.get("depends_on") or []
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
         raise ValidationError("depends_on must be a list of job keys", field="depends_on")
+    for key in depends_on:
+        check_text(key, "depends_on", max_chars=200)
+    dag_key = body.get("dag_key")
+    if dag_key is not None:
+        check_text(dag_key, "dag_key", max_chars=200)
     definition = {
         "job_id": job_id,
         "name": name,
@@ -239,14 +279,14 @@ def build_job(
         "updated_at_ms": now_ms,
         "schedule": schedule_to_avro(schedule),
         "priority": _choice(body, "priority", Priority, Priority.NORMAL.value),
-        "target": _target(body.get("target")),
+        "target": _target(body.get("target"), prefixes),
         "payload_json": payload_json,
         "retry": retry.to_dict(),
         "timeout_s": float(timeout_s),
         "misfire": _choice(body, "misfire", Misfire, Misfire.RUN_ONCE.value),
         "overlap": _choice(body, "overlap", Overlap, Overlap.SKIP.value),
         "dag_id": None if body.get("dag_id") is None else parse_uuid(body["dag_id"], "dag_id"),
-        "dag_key": body.get("dag_key"),
+        "dag_key": dag_key,
         "depends_on": list(depends_on),
         "labels": dict(labels),
     }

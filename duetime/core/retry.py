@@ -19,13 +19,13 @@ Guarantees:
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from duetime.core.errors import ValidationError
+from duetime.core.inputs import check_number
 
 __all__ = [
     "JITTER_FRACTION",
@@ -57,23 +57,13 @@ class RetryPolicy:
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
-            raise ValidationError("max_retries must be an integer", field="retry.max_retries")
-        if not 0 <= self.max_retries <= MAX_RETRIES_LIMIT:
-            raise ValidationError(
-                f"max_retries must be between 0 and {MAX_RETRIES_LIMIT} (got {self.max_retries})",
-                field="retry.max_retries",
-            )
+        check_number(
+            self.max_retries, "retry.max_retries", lo=0, hi=MAX_RETRIES_LIMIT, integer=True
+        )
         for name in ("base_delay_s", "max_delay_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValidationError(f"{name} must be a number", field=f"retry.{name}")
-            if not math.isfinite(value) or not MIN_BASE_DELAY_S <= value <= MAX_DELAY_LIMIT_S:
-                raise ValidationError(
-                    f"{name} must be between {MIN_BASE_DELAY_S} and {MAX_DELAY_LIMIT_S:.0f} "
-                    f"seconds (got {value})",
-                    field=f"retry.{name}",
-                )
+            value = check_number(
+                getattr(self, name), f"retry.{name}", lo=MIN_BASE_DELAY_S, hi=MAX_DELAY_LIMIT_S
+            )
             object.__setattr__(self, name, float(value))
         if self.base_delay_s > self.max_delay_s:
             raise ValidationError(

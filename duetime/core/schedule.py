@@ -30,6 +30,7 @@ Guarantees:
 from __future__ import annotations
 
 import calendar
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
@@ -55,6 +56,10 @@ __all__ = [
 ]
 
 MAX_EXPR_CHARS = 256
+MIN_TIMESTAMP = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIMESTAMP = datetime(9000, 1, 1, tzinfo=UTC)
+"""Timestamps a schedule may name: epoch milliseconds stay positive, and the cron search
+(400 years ahead at most) never runs off the calendar's year 9999."""
 VALIDATION_YEARS = (2000, 2028)  # [start, end): contains every calendar combination
 SEARCH_HORIZON_DAYS = 146_097  # 400 Gregorian years: no match in that span means never
 _ONE_US = timedelta(microseconds=1)
@@ -231,10 +236,6 @@ def _first_matching_day(
 
 def _wall_times(spec: CronSpec, start: datetime, step: int) -> Iterator[datetime]:
     """Matching naive wall times from ``start`` (inclusive) in direction ``step`` (±1)."""
-    hours = spec.hours if step == 1 else spec.hours[::-1]
-    minutes = spec.minutes if step == 1 else spec.minutes[::-1]
-    seconds = spec.seconds if step == 1 else spec.seconds[::-1]
-    bound = (start.hour, start.minute, start.second)
     d: date | None = start.date()
     first_day = True
     while d is not None:
@@ -243,16 +244,45 @@ def _wall_times(spec: CronSpec, start: datetime, step: int) -> Iterator[datetime
             return
         bounded = first_day and d == start.date()
         first_day = False
-        for h in hours:
-            for m in minutes:
-                for s in seconds:
-                    if bounded and ((h, m, s) < bound if step == 1 else (h, m, s) > bound):
-                        continue
-                    yield datetime.combine(d, time(h, m, s))
+        clock = _times_from(spec, start, step) if bounded else _times_of_day(spec, step)
+        for h, m, s in clock:
+            yield datetime.combine(d, time(h, m, s))
         try:
             d += timedelta(days=step)
         except OverflowError:
             return
+
+
+def _times_of_day(spec: CronSpec, step: int) -> Iterator[tuple[int, int, int]]:
+    hours = spec.hours if step == 1 else spec.hours[::-1]
+    minutes = spec.minutes if step == 1 else spec.minutes[::-1]
+    seconds = spec.seconds if step == 1 else spec.seconds[::-1]
+    for h in hours:
+        for m in minutes:
+            for s in seconds:
+                yield h, m, s
+
+
+def _times_from(spec: CronSpec, bound: datetime, step: int) -> Iterator[tuple[int, int, int]]:
+    """The day's matching (h, m, s) at or after ``bound``'s time of day (at or before it when
+    ``step`` is -1), starting the search AT the bound: late in the day ``* * * * * *`` costs
+    a few steps, not the 86,400 of a scan from midnight."""
+    bh, bm, bs = bound.hour, bound.minute, bound.second
+    if step == 1:
+        for h in spec.hours[bisect_left(spec.hours, bh) :]:
+            mins = spec.minutes if h > bh else spec.minutes[bisect_left(spec.minutes, bm) :]
+            for m in mins:
+                later = (h, m) > (bh, bm)
+                for s in spec.seconds if later else spec.seconds[bisect_left(spec.seconds, bs) :]:
+                    yield h, m, s
+        return
+    for h in reversed(spec.hours[: bisect_right(spec.hours, bh)]):
+        mins = spec.minutes if h < bh else spec.minutes[: bisect_right(spec.minutes, bm)]
+        for m in reversed(mins):
+            earlier = (h, m) < (bh, bm)
+            secs = spec.seconds if earlier else spec.seconds[: bisect_right(spec.seconds, bs)]
+            for s in reversed(secs):
+                yield h, m, s
 
 
 def _wall_to_utc(
@@ -291,7 +321,16 @@ def _aware_utc(value: datetime, field_name: str) -> datetime:
         raise InvalidSchedule(
             f"{field_name} has no UTC offset; give one (e.g. 'Z' or '+01:00')", field=field_name
         )
-    return value.astimezone(UTC)
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # an offset that pushes the year to 0 or 10000
+        utc = None
+    if utc is None or not MIN_TIMESTAMP <= utc < MAX_TIMESTAMP:
+        raise InvalidSchedule(
+            f"{field_name} must lie in [{MIN_TIMESTAMP.year}, {MAX_TIMESTAMP.year}) UTC",
+            field=field_name,
+        )
+    return utc
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -362,7 +401,7 @@ def _parse_timestamp(value: Any, field_name: str) -> datetime:
             f"{field_name} {value!r} has no UTC offset; add 'Z' or an offset such as '+01:00'",
             field=field_name,
         )
-    return parsed.astimezone(UTC)
+    return _aware_utc(parsed, field_name)
 
 
 _CRON_KEYS = frozenset({"cron", "timezone", "start_at", "end_at"})

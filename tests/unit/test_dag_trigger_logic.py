@@ -31,6 +31,7 @@ def trigger_state(overlap: str = "skip", schedule: dict[str, Any] | None = None)
             "labels": {logic.DAG_LABEL: DAG_ID},
         },
         now_ms=NOW,
+        internal=True,  # as the SDK builds a DAG's trigger job: the one reserved label
     )
     state, _ = logic.on_definition(None, definition, NOW)
     return state
