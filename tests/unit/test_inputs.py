@@ -20,7 +20,8 @@ from duetime.core.redact import escape_control, redact_headers, redact_text, red
 from duetime.core.schedule import Cron, next_fire
 
 NOW_MS = 1_780_000_000_000
-BASE = {"name": "n", "target": {"type": "http", "url": "https://example.com/hook"}}
+HTTP_TARGET = {"type": "http", "url": "https://example.com/hook"}
+BASE: dict[str, Any] = {"name": "n", "target": HTTP_TARGET}
 
 
 def build(**fields: Any) -> dict[str, Any]:
@@ -58,12 +59,12 @@ def test_reserved_labels_are_refused_unless_internal() -> None:
     ],
 )
 def test_framing_reserved_and_invalid_headers_are_refused(header: str) -> None:
-    target = {**BASE["target"], "headers": {header: "v"}}
+    target = {**HTTP_TARGET, "headers": {header: "v"}}
     refused("target.headers", target=target)
 
 
 def test_header_values_with_newlines_are_refused() -> None:
-    target = {**BASE["target"], "headers": {"X-Ok": "a\r\nHost: evil"}}
+    target = {**HTTP_TARGET, "headers": {"X-Ok": "a\r\nHost: evil"}}
     refused("target.headers", target=target)
 
 
@@ -189,7 +190,7 @@ def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=8, max_size=40))
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=8, max_size=40))
 def test_secrets_in_urls_and_credentials_never_survive_redaction(secret: str) -> None:
     token = "".join(c for c in secret if c.isalnum()) or "abcdEFGH1234"
     token = (token * 8)[:32]
