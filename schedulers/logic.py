@@ -177,6 +177,7 @@ def on_definition(state: Record | None, definition: Record, now_ms: int) -> tupl
         definition["revision"] <= state["definition"]["revision"]
     ):
         return state, out  # a re-create of the same job, or an older revision: nothing to do
+    _check_same_kind(state["definition"], definition)
     state["definition"] = definition
     state["updated_at_ms"] = now_ms
     if state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value):
@@ -185,6 +186,65 @@ def on_definition(state: Record | None, definition: Record, now_ms: int) -> tupl
         state["next_run_at_ms"] = None if first is None else _ms(first)
     out.state_changed = True
     return state, out
+
+
+def _check_same_kind(old: Record, new: Record) -> None:
+    """An update may not move a job into, out of or between DAGs, nor make it a DAG's trigger:
+    a DAG member written with the id of an existing job would otherwise take it over (the API
+    answers 409; this holds for records written past it)."""
+    old_trigger = DAG_LABEL in (old.get("labels") or {})
+    new_trigger = DAG_LABEL in (new.get("labels") or {})
+    if old.get("dag_id") != new.get("dag_id") or old_trigger != new_trigger:
+        raise ValueError(
+            f"a definition may not move job {old['job_id']} into, out of or between DAGs "
+            f"(dag_id {old.get('dag_id')} → {new.get('dag_id')})"
+        )
+
+
+def quarantine(state: Record, reason: str, now_ms: int) -> Outputs:
+    """The scheduler could not handle this job (an exception from its own logic, on content
+    no producer of ours writes): the job stops for good — ``dead``, no next run, no retries,
+    nothing in flight tracked — and a dead letter says why, so its partition goes on."""
+    out = Outputs(state_changed=True)
+    if state["status"] == Status.CANCELLED.value:
+        return out
+    _move(state, Event.QUARANTINE)
+    state["next_run_at_ms"] = None
+    state["queued_occurrence_ms"] = None
+    state["inflight"] = []
+    state["updated_at_ms"] = now_ms
+    entry: Record = {
+        "execution_id": execution_id_for(state["job_id"], now_ms, "quarantine"),
+        "attempt": 1,
+        "scheduled_at_ms": now_ms,
+        "due_at_ms": now_ms,
+        "status": Status.DEAD.value,
+        "errors": [
+            {
+                "attempt": 1,
+                "at_ms": now_ms,
+                "error": {
+                    "type": "SchedulerError",
+                    "message": reason[:1000],
+                    "retryable": False,
+                    "reason": "error",
+                    "http_status": None,
+                },
+                "worker_id": None,
+            }
+        ],
+        "trigger": "schedule",
+        "lease_token": 0,
+        "series_start": 1,
+        "dag_run_id": None,
+    }
+    try:
+        out.dead_letters.append(_dead_letter(state, entry, now_ms))
+    except (KeyError, TypeError, ValueError) as exc:  # a definition too broken to describe
+        log.error(
+            "no dead letter for a quarantined job: %s", exc, extra={"job_id": state["job_id"]}
+        )
+    return out
 
 
 def on_control(
@@ -667,10 +727,3 @@ def execution_request(
         "dag_run_id": entry.get("dag_run_id"),
         "dag_key": definition.get("dag_key"),
     }
-
-
-def describe(state: Record) -> str:
-    """A compact one-line summary for logs and debugging."""
-    return json.dumps(
-        {k: state.get(k) for k in ("job_id", "status", "next_run_at_ms", "fired_count")}
-    )

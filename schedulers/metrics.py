@@ -20,6 +20,10 @@ TXN_ABORTS = Counter(
     "duetime_transaction_aborts_total", "Scheduler transactions that failed", ["reason"]
 )
 POISON = Counter("duetime_poison_records_total", "Undecodable input records parked", ["topic"])
+QUARANTINED = Counter(
+    "duetime_scheduler_quarantined_jobs_total",
+    "Jobs stopped (dead, with a dead letter) because the scheduler could not fire them",
+)
 PENDING = Gauge(
     "duetime_scheduler_pending_jobs", "Jobs with a wake-up time per owned partition", ["partition"]
 )

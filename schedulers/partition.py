@@ -37,6 +37,7 @@ from duetime.core.errors import DecodeError, DuetimeError
 from duetime.core.jobspec import MAX_DEFINITION_BYTES
 from duetime.core.kafka import ErrorClass, classify, watermarks
 from duetime.core.poison import poison_headers, poison_value
+from duetime.core.redact import redact_text
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -46,6 +47,18 @@ from .store import HELD_PREFIX, StateStore
 log = logging.getLogger("duetime.scheduler")
 
 WAKE_HEADER = "duetime-wake-ms"
+CONTENT_ERRORS = (
+    DuetimeError,
+    ArithmeticError,
+    AttributeError,
+    LookupError,
+    TypeError,
+    ValueError,
+    RecursionError,
+    AssertionError,
+)
+"""What a record's or a state's content can make the pure transform raise. One job's or one
+record's, never the partition's: infrastructure errors (Kafka, SQLite, OS) are not in it."""
 CATCH_UP_LIMIT_MS = 10_000
 """A new owner fires at the latest this long after taking a partition, inputs read or not."""
 
@@ -217,9 +230,10 @@ class PartitionOwner:
                 new, out = logic.on_control(state, record, now_ms, self.policy)
             else:
                 new, out = logic.on_result(state, record, now_ms, self.rng)
-        except (DuetimeError, KeyError, TypeError, ValueError) as exc:
+        except CONTENT_ERRORS as exc:
             # undecodable, or valid Avro with content no job can have (e.g. a cron that never
-            # fires written past the SDK): park it with its bytes, move on
+            # fires written past the SDK), or content our logic trips over: park it with its
+            # bytes, move on
             self.pending.poison.append((msg, f"{type(exc).__name__}: {exc}"))
             metrics.POISON.labels(topic=topic).inc()
             log.warning(
@@ -266,9 +280,25 @@ class PartitionOwner:
             wake = logic.wake_at_ms(state)
             if wake is None or wake > now_ms:
                 continue
-            out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
+            try:
+                out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
+            except CONTENT_ERRORS as exc:
+                out = self._quarantine(state, exc, now_ms)
             self._collect(job_id, state, out)
         return len(due)
+
+    def _quarantine(self, state: dict[str, Any], exc: Exception, now_ms: int) -> logic.Outputs:
+        """One job's content broke the transform: that job stops (dead, on the DLQ, with the
+        reason), the partition and the process go on; a restart does not meet it again."""
+        reason = redact_text(f"{type(exc).__name__}: {exc}")
+        metrics.QUARANTINED.inc()
+        log.error(
+            "job quarantined: the scheduler could not fire it: %s",
+            reason,
+            exc_info=exc,
+            extra={"job_id": state.get("job_id"), "partition": self.partition},
+        )
+        return logic.quarantine(state, reason, now_ms)
 
     def inputs_read(self, consumer: Consumer, now_ms: int) -> bool:
         """Whether this new owner has read the inputs that were waiting for it.

@@ -57,6 +57,7 @@ class Event(StrEnum):
     REPLAY = "replay"  # re-inject a dead execution (from the DLQ)
     RESCHEDULE = "reschedule"  # recurring: this occurrence ended, wait for the next one
     BLOCK = "block"  # recurring DAG member: wait for its upstreams in the next DAG run
+    QUARANTINE = "quarantine"  # the scheduler could not handle the job: it stops, on the DLQ
 
 
 S, E = Status, Event
@@ -111,6 +112,9 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     (S.SKIPPED, E.CANCEL): S.CANCELLED,
     (S.BLOCKED, E.CANCEL): S.CANCELLED,
     (S.PAUSED, E.CANCEL): S.CANCELLED,
+    # a job the scheduler cannot handle (content no producer of ours writes) stops for good,
+    # with a dead letter saying why, instead of stopping its partition
+    **{(s, E.QUARANTINE): S.DEAD for s in S if s is not S.CANCELLED},
     # late results of an execution in flight when the job was paused or cancelled
     **{(S.PAUSED, e): S.PAUSED for e in _RESULTS},
     **{(S.CANCELLED, e): S.CANCELLED for e in _RESULTS},

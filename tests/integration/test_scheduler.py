@@ -236,3 +236,78 @@ def test_a_command_that_overtakes_its_job_is_held_until_the_job_arrives(
     time.sleep(1.0)
     got = of_job(executions, definition["job_id"])
     assert len(got) == 1 and got[0]["trigger"] == "manual"
+
+
+def test_a_job_that_breaks_the_transform_is_quarantined_not_the_partition(
+    settings: CommonSettings, scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    """Issue 13, finding 1: a plain job carrying the DAG trigger's label (written past the
+    edge, which refuses the label) made fire() raise TypeError, and the scheduler exited at
+    every restore. Now that job alone ends dead with a dead letter naming the error; the
+    partition and the process go on, and a restarted scheduler does not meet it again."""
+    topics = Topics(settings.topic_prefix)
+    dlq = TopicReader(settings, [topics.dlq], "dead_letter")
+    try:
+        hostile = client._build(  # internal: the reserved label, as a raw writer could set it
+            {
+                "name": "fake-dag-trigger",
+                "schedule": {"at": "2020-01-01T00:00:00Z"},
+                "target": HTTP_TARGET,
+                "labels": {"duetime.dag": "00000000-0000-0000-0000-000000000001"},
+            },
+            int(time.time() * 1000),
+            internal=True,
+        )
+        client.publish_definition(hostile)
+        dead = wait_for(
+            lambda: [r for r in dlq.snapshot() if r["job_id"] == hostile["job_id"]],
+            20,
+            "a dead letter for the quarantined job",
+        )
+        error = dead[0]["errors"][0]["error"]
+        assert error["type"] == "SchedulerError" and "TypeError" in error["message"]
+        assert scheduler.thread.is_alive()
+        job = client.create_job(
+            name="after-quarantine", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+        )
+        wait_for(lambda: of_job(executions, job.job_id), 15, "a plain job after the quarantine")
+        assert of_job(executions, hostile["job_id"]) == []
+        assert scheduler.thread.is_alive()
+    finally:
+        dlq.close()
+    scheduler.stop()
+    again = Running(SchedulerSettings(common=replace(settings, instance_id="again")))
+    try:
+        wait_for(
+            lambda: again.owned() == settings.partitions, 30, "a restarted scheduler to own all"
+        )
+        later = client.create_job(
+            name="after-restart", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+        )
+        wait_for(lambda: of_job(executions, later.job_id), 15, "a plain job after the restart")
+        assert again.thread.is_alive()
+    finally:
+        again.stop()
+
+
+def test_a_definition_may_not_move_a_job_into_a_dag(
+    settings: CommonSettings, scheduler: Running, client: JobClient
+) -> None:
+    """Finding 7, past the API: a DAG member written with an existing job's id is parked."""
+    topics = Topics(settings.topic_prefix)
+    poison = TopicReader(settings, [topics.poison], None)
+    try:
+        job = client.create_job(name="victim", target=HTTP_TARGET)
+        time.sleep(0.01)  # a later revision
+        takeover = client.build(
+            job_id=job.job_id,
+            name="taken-over",
+            target=HTTP_TARGET,
+            dag_id="00000000-0000-0000-0000-0000000000d1",
+            dag_key="k",
+        )
+        client.publish_definition(takeover)
+        got = wait_for(lambda: poison.raw, 20, "the takeover on the poison topic")
+        assert b"into, out of or between DAGs" in dict(got[0].headers())["duetime-error"]
+    finally:
+        poison.close()
