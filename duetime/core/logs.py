@@ -3,6 +3,11 @@
 Fixed field names, so a log pipeline can index them: ``job_id``, ``execution_id``, ``attempt``,
 ``topic``, ``partition``, ``offset`` (pass them with ``extra={...}``), plus ``ts``, ``level``,
 ``logger``, ``msg`` and, for errors, ``exc``.
+
+Log lines carry user data (job names, URLs, error messages), so every message goes through
+:func:`~duetime.core.redact.redact_text` (URL credentials and query values, bearer tokens)
+and, in text form, newlines and control characters are escaped and a traceback's lines are
+indented: no user value can start a line of its own and pass for a log record.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import logging
 import sys
 import time
 from typing import Any
+
+from .redact import escape_control, redact_text
 
 FIELDS = (
     "role",
@@ -37,14 +44,14 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact_text(record.getMessage()),
         }
         for name in FIELDS:
             value = record.__dict__.get(name)
             if value is not None:
-                out[name] = value
+                out[name] = redact_text(value) if isinstance(value, str) else value
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = redact_text(self.formatException(record.exc_info))
         return json.dumps(out, default=str)
 
 
@@ -52,10 +59,18 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-5s %(name)s: %(message)s")
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_control(redact_text(record.message))
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        text = redact_text(super().formatException(ei))
+        return "\n".join("  " + escape_control(line) for line in text.splitlines())
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         fields = " ".join(
-            f"{name}={record.__dict__[name]}"
+            f"{name}={escape_control(redact_text(str(record.__dict__[name])))}"
             for name in FIELDS
             if record.__dict__.get(name) is not None
         )
