@@ -153,6 +153,11 @@ def run_dev(args: argparse.Namespace) -> int:
         logs_dir = stack.settings.home / "logs"
         logs_dir.mkdir(parents=True, exist_ok=True)
         child_env = {
+            # a laptop's stack: workers may call loopback targets (the demo's, the user's
+            # local services; link-local metadata addresses stay denied) and run the demo's
+            # tasks. An operator's own setting wins.
+            "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
+            "DUETIME_WORKER_PYTHON_MODULES": "duetime.demo",
             **os.environ,
             "DUETIME_KAFKA_BOOTSTRAP": common.bootstrap_servers,
             "DUETIME_DATABASE_URL": common.database_url,
