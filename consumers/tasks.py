@@ -12,7 +12,16 @@ How a task becomes runnable (nothing is registered as a side effect of an import
   started with ``DUETIME_WORKER_IMPORTS=myapp.tasks,otherapp.jobs`` imports those modules at
   start and registers every marked function and every :class:`TaskRegistry` it finds there.
 - A ``ref`` of the form ``package.module:function`` (or ``module:Class.method``) is imported
-  on first use, whether registered or not; a plain name (no colon) must be registered.
+  on first use, whether registered or not, but only when the worker's operator allowed its
+  module: it must be one of, or under, the module prefixes of
+  ``DUETIME_WORKER_PYTHON_MODULES`` (comma list) or the modules of ``DUETIME_WORKER_IMPORTS``.
+  The check comes *before* the import (importing runs a module's code). No segment of the
+  ref may start with ``_`` (no private or dunder attribute is ever resolved), the path may
+  not pass through another module (``allowed.mod:os.system``), and the callable must be
+  defined in an allowed module (its ``__module__``). So ``sys:exit``, ``builtins:print`` or
+  ``os:path.__class__`` resolve to nothing unless an operator listed ``sys``, ``builtins`` or
+  ``os`` (and the last never). A plain name (no colon; hyphens allowed, ``"send-invoice"``)
+  must be registered. Anything else is :class:`UnknownTarget`.
 
 A task is called with one argument, an :class:`ExecutionContext`. A sync function runs in a
 thread of its own (abandoned, not killed, when it times out: Python cannot kill a thread); a
@@ -20,13 +29,16 @@ coroutine function is awaited on the worker's event loop and cancelled when it t
 Its return value, if JSON-serialisable, becomes the result's ``output_json``. It steers its
 outcome with :class:`~duetime.core.errors.RetryLater` (a retryable failure, optionally with
 its own delay) and :class:`~duetime.core.errors.FailPermanently` (no more retries); any other
-exception is a retryable failure.
+exception is a retryable failure. What is not an ``Exception`` (``SystemExit``,
+``KeyboardInterrupt``, ``GeneratorExit``, a ``CancelledError`` the task raised itself) is
+contained by the worker and fails the attempt permanently, naming the exception's type.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +52,8 @@ __all__ = [
     "ExecutionContext",
     "TaskRegistry",
     "UnknownTarget",
+    "module_allowed",
+    "ref_refusal",
     "task",
 ]
 
@@ -96,12 +110,57 @@ def _check_name(name: str) -> None:
         raise ValueError(f"a task name must be a non-empty string without ':' (got {name!r})")
 
 
-class TaskRegistry:
-    """Names → callables a worker may run. Build one, register on it, pass it to the worker."""
+_REF_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
-    def __init__(self) -> None:
+
+def module_allowed(module: str, allowed: Iterable[str]) -> bool:
+    """``module`` is one of ``allowed`` or inside one of them (``a.b`` allows ``a.b.c``)."""
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
+
+
+def ref_refusal(ref: str, allowed: Iterable[str]) -> str | None:
+    """Why ``package.module:attr.path`` may not be imported here (None: it may). Pure: it only
+    reads the ref's text, so it runs before anything is imported."""
+    match = _REF_RE.match(ref)
+    if match is None:
+        return f"target {ref[:200]!r} is not 'package.module:function'"
+    module, attr_path = match.groups()
+    segments = module.split(".") + attr_path.split(".")
+    private = next((s for s in segments if s.startswith("_")), None)
+    if private is not None:
+        return f"target {ref!r} names {private!r}: private and dunder names are never resolved"
+    allowed = tuple(allowed)
+    if not module_allowed(module, allowed):
+        listed = ", ".join(allowed) or "none"
+        return (
+            f"module {module!r} of target {ref!r} is not allowed on this worker "
+            f"(DUETIME_WORKER_PYTHON_MODULES and DUETIME_WORKER_IMPORTS allow: {listed})"
+        )
+    return None
+
+
+def check_module_prefixes(items: Iterable[str], variable: str) -> tuple[str, ...]:
+    """Validate a list of module prefixes (a :class:`ValueError` names the bad one)."""
+    out = tuple(items)
+    for item in out:
+        if not _MODULE_RE.match(item) or any(p.startswith("_") for p in item.split(".")):
+            raise ValueError(f"{variable}: {item!r} is not a dotted module name")
+    return out
+
+
+class TaskRegistry:
+    """Names → callables a worker may run. Build one, register on it, pass it to the worker.
+
+    ``allowed_modules``: the module prefixes whose ``module:function`` refs may be imported
+    (the worker passes ``DUETIME_WORKER_PYTHON_MODULES`` + ``DUETIME_WORKER_IMPORTS``); the
+    default allows none, so only registered names resolve.
+    """
+
+    def __init__(self, allowed_modules: Iterable[str] = ()) -> None:
         self._tasks: dict[str, Callable[..., Any]] = {}
         self._imported: dict[str, Callable[..., Any]] = {}
+        self.allowed_modules: tuple[str, ...] = tuple(allowed_modules)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
@@ -156,18 +215,22 @@ class TaskRegistry:
         return found
 
     def resolve(self, ref: str) -> Callable[..., Any]:
-        """The callable for ``ref``: a registered name, or ``package.module:attr.path``.
+        """The callable for ``ref``: a registered name, or an allowed ``package.module:attr``.
 
-        Raises :class:`UnknownTarget` (permanent) when nothing callable answers to ``ref``.
+        Raises :class:`UnknownTarget` (permanent) when nothing callable answers to ``ref`` here,
+        or when the worker's operator did not allow it (see the module docstring).
         """
         func = self._tasks.get(ref) or self._imported.get(ref)
         if func is not None:
             return func
         if ":" not in ref:
-            known = ", ".join(sorted(self._tasks)) or "none"
+            known = ", ".join(sorted(self._tasks)[:50]) or "none"
             raise UnknownTarget(
-                f"no task named {ref!r} is registered on this worker (registered: {known})"
+                f"no task named {ref[:200]!r} is registered on this worker (registered: {known})"
             )
+        refusal = ref_refusal(ref, self.allowed_modules)
+        if refusal is not None:
+            raise UnknownTarget(refusal)
         module_name, _, attr_path = ref.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)
@@ -180,8 +243,19 @@ class TaskRegistry:
                 obj = getattr(obj, part)
             except AttributeError:
                 raise UnknownTarget(f"{module_name!r} has no attribute {attr_path!r}") from None
+            if isinstance(obj, types.ModuleType):
+                raise UnknownTarget(
+                    f"target {ref!r} reaches the module {obj.__name__!r} through an attribute: "
+                    "refer to an allowed module directly"
+                )
         if not callable(obj):
             raise UnknownTarget(f"target {ref!r} is not callable")
+        defined_in = getattr(obj, "__module__", None)
+        if not isinstance(defined_in, str) or not module_allowed(defined_in, self.allowed_modules):
+            raise UnknownTarget(
+                f"target {ref!r} is defined in {defined_in!r}, which is not allowed on this "
+                "worker (an imported name is not a task of the module that imports it)"
+            )
         self._imported[ref] = obj
         return obj
 

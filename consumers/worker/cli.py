@@ -33,6 +33,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
 
+    from .policy import secrets_from_environ
     from .service import run
     from .settings import WorkerSettings
 
@@ -41,7 +42,8 @@ def run_worker(args: argparse.Namespace) -> int:
         environ["DUETIME_WORKER_CONCURRENCY"] = str(args.concurrency)
     if args.imports is not None:
         environ["DUETIME_WORKER_IMPORTS"] = args.imports
-    settings = WorkerSettings.from_env(Env(environ))
+    # the secrets are read here, once, with everything else (policy.secrets_from_environ)
+    settings = WorkerSettings.from_env(Env(environ), secrets=secrets_from_environ(environ))
     setup_logging(settings.common.log_format, settings.common.log_level, role="worker")
     serve_metrics(
         args.metrics_port if args.metrics_port is not None else settings.common.metrics_port

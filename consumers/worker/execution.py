@@ -12,7 +12,12 @@ The order is the guarantee:
   runs the attempt again (a visible second attempt, same idempotency key) or finds it done
   and republishes the recorded result (the crash fell between completion and publication);
 - a ``busy`` lease (held by a live worker) is claimed again when it expires; ``stale``
-  (a newer attempt exists) and ``done`` requests are committed without running.
+  (a newer attempt exists) and ``done`` requests are committed without running;
+- a request whose handling raises unexpectedly (a bug, or a record that decodes but that
+  our code or PostgreSQL cannot take) is logged, counted
+  (``duetime_worker_handling_errors_total``) and parked on the poison topic with the error;
+  its lease is released and its offset moves on: one record never stops or wedges a
+  partition, let alone the worker.
 
 The slot is freed as soon as the target returns, so reporting never holds capacity.
 """
@@ -31,11 +36,12 @@ from confluent_kafka import KafkaException, Message
 from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority
 from duetime.core.poison import poison_headers, poison_value
+from duetime.core.redact import redact_text
 from duetime.schemas.codec import Codec
 
 from . import metrics
 from .kafka_io import TP, AsyncProducer
-from .leases import Claim, LeaseStore
+from .leases import Claim, DatabaseUnavailable, LeaseStore
 from .results import Outcome, result_record, timed_out
 from .targets import Targets
 
@@ -61,6 +67,8 @@ class Item:
     """True while the task is suspended inside the target (the only place it is cancelled)."""
     abort_reason: str | None = None
     """LOST or HANDED_BACK when the run was stopped early."""
+    msg: Message | None = None
+    """The record itself: parked as it is if handling it fails."""
 
     @property
     def execution_id(self) -> str:
@@ -166,6 +174,7 @@ class Executor:
     def park_poison(self, msg: Message, tp: TP, offset: int, error: str) -> None:
         """Copy an undecodable request to the poison topic; then its offset is done."""
         metrics.POISON.labels(topic=tp[0]).inc()
+        error = redact_text(error)
         log.warning(
             "undecodable execution request sent to the poison topic: %s",
             error,
@@ -224,19 +233,35 @@ class Executor:
                     self._on_finished(item, False)
                 return
             await self._report(item, outcome, started_ms, finished_ms)
-        except Exception:
-            log.exception(
-                "execution handling failed; the request will be redelivered", extra=item.fields()
-            )
-            self._release_hold(item)
-            self._on_finished(item, False)
+        except Exception as exc:
+            free_slot()
+            await self._give_up(item, exc)
         finally:
             free_slot()
+
+    async def _give_up(self, item: Item, exc: Exception) -> None:
+        """Handling ``item`` raised: log, count, release its lease, park the request."""
+        metrics.HANDLING_ERRORS.labels(stage="execute").inc()
+        log.exception(
+            "handling an execution request failed; parking it on the poison topic",
+            extra=item.fields(),
+        )
+        token = item.token
+        self._release_hold(item)
+        try:
+            if token is not None:
+                await self.leases.release([(item.execution_id, token)])
+        except Exception as release_exc:  # the lease then expires after its TTL
+            log.warning("releasing the lease failed: %s", release_exc, extra=item.fields())
+        self._on_finished(item, False)  # out of the buffer; the parked copy moves the offset
+        if item.msg is None or self._stopping:
+            return  # not committed: redelivered to the partition's next owner
+        self.park_poison(item.msg, item.tp, item.offset, f"{type(exc).__name__}: {exc}")
 
     async def _claim(self, item: Item) -> Claim | None:
         try:
             return await self.leases.claim(item.execution_id, item.request["attempt"])
-        except Exception as exc:  # the worker is stopping while PostgreSQL is away
+        except DatabaseUnavailable as exc:  # the worker is stopping while PostgreSQL is away
             log.warning("no lease: %s", exc, extra=item.fields())
             self._on_finished(item, False)
             return None

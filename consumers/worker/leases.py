@@ -174,6 +174,10 @@ class _Batcher(Generic[I, O]):
             try:
                 answers = await self._flush([item for item, _ in batch])
             except Exception as exc:
+                if not _transient(exc) and len(batch) > 1 and not self._stopping():
+                    # one item PostgreSQL refuses must not fail its neighbours: one by one
+                    await self._isolate(batch)
+                    continue
                 if not _transient(exc) or self._stopping():
                     for _, future in batch:
                         if not future.done():
@@ -201,6 +205,24 @@ class _Batcher(Generic[I, O]):
             for (_, future), answer in zip(batch, answers, strict=True):
                 if not future.done():
                     future.set_result(answer)
+
+    async def _isolate(self, batch: list[tuple[I, asyncio.Future[O]]]) -> None:
+        """Run a refused batch's items alone: each gets its own answer or error. A transient
+        error on the way puts the rest back in the queue, to be retried as usual."""
+        for index, (item, future) in enumerate(batch):
+            try:
+                [answer] = await self._flush([item])
+            except Exception as exc:
+                if _transient(exc):
+                    self._queue[:0] = batch[index:]
+                    self._ready.set()
+                    return
+                log.error("lease %s refused one item", self.name, exc_info=exc)
+                if not future.done():
+                    future.set_exception(exc)
+                continue
+            if not future.done():
+                future.set_result(answer)
 
     def fail_all(self, exc: BaseException) -> None:
         for _, future in self._queue:

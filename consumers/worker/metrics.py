@@ -76,3 +76,17 @@ ABANDONED_THREADS = Gauge(
     "duetime_worker_abandoned_threads", "Threads of timed-out sync tasks still running"
 )
 LOOP_ERRORS = Counter("duetime_worker_loop_errors_total", "Failed housekeeping iterations")
+ABANDONED_TASKS = Gauge(
+    "duetime_worker_abandoned_tasks",
+    "Coroutine tasks the worker cancelled (timeout, lost lease, shutdown) still not finished",
+)
+TARGET_ERRORS = Counter(
+    "duetime_worker_target_errors_total",
+    "Attempts failed by an unexpected error in the worker's own target code (a bug: logged)",
+)
+HANDLING_ERRORS = Counter(
+    "duetime_worker_handling_errors_total",
+    "Execution requests whose handling raised unexpectedly and were parked on the poison "
+    "topic (stage: accept = decoding and checks, execute = lease, run and report)",
+    ["stage"],
+)

@@ -4,19 +4,38 @@ An :class:`Outcome` is what running a target produced; :func:`result_record` tur
 the lease token and an outcome into the ``result`` event of ``schemas/ExecutionResult.avsc``.
 The error field's ``reason`` is one of the schema's ``ErrorReason`` symbols, and
 ``retryable`` tells the scheduler whether its retry policy applies.
+
+Every error message goes through :func:`~duetime.core.redact.redact_text` here, in one place:
+a URL's ``user:password@`` and query values never reach a result, a dead letter or a log line
+(the message is logged from the outcome). A reason the schema does not know yet (``egress_denied``
+before the schema carries it) is written as ``error``; the error's ``type`` still names it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from duetime.core.errors import FailPermanently, PermanentError, RetryLater
+from duetime.core.redact import redact_text
+from duetime.schemas.codec import load_named_types
 
 MAX_MESSAGE_CHARS = 2000
 MAX_OUTPUT_BYTES = 64 * 1024
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+"""A request's timeout above this (or not finite) is refused as undecodable: no job spec allows
+it, and an infinite one breaks timer arithmetic (``ceil(inf)``)."""
+_MAX_TIME_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z: datetime's range
+
+
+@functools.cache
+def known_reasons() -> frozenset[str]:
+    """The ``ErrorReason`` symbols of the schema this worker writes."""
+    return frozenset(load_named_types()["duetime.ErrorReason"]["symbols"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,24 +75,52 @@ def failure(
         "failure",
         error={
             "type": truncated(error_type, 200),
-            "message": truncated(message, MAX_MESSAGE_CHARS),
+            "message": truncated(redact_text(message), MAX_MESSAGE_CHARS),
             "retryable": retryable,
-            "reason": reason,
+            "reason": reason if reason in known_reasons() else "error",
             "http_status": http_status,
         },
         retry_after_s=retry_after_s,
     )
 
 
+def describe(exc: BaseException) -> str:
+    """An exception's message, whatever its ``__str__`` does (a task's exception is hostile
+    input too: its ``__str__`` may raise or return something that is not text)."""
+    message = getattr(exc, "message", None)
+    if isinstance(message, str) and message:
+        return message
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return text if isinstance(text, str) and text else type(exc).__name__
+
+
 def from_exception(exc: BaseException) -> Outcome:
-    """A task's exception: RetryLater / FailPermanently steer, anything else is retryable."""
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    """A task's exception: RetryLater / FailPermanently steer, anything else is retryable;
+    what is not an ``Exception`` at all (SystemExit, KeyboardInterrupt, GeneratorExit...) was
+    contained by the worker and fails permanently."""
+    message = describe(exc)
+    if not isinstance(exc, Exception):
+        return contained(exc)
     if isinstance(exc, RetryLater):
         return failure(type(exc).__name__, message, retryable=True, retry_after_s=exc.delay_s)
     if isinstance(exc, FailPermanently | PermanentError):
         reason = "unknown_target" if getattr(exc, "code", "") == "unknown_target" else "error"
         return failure(type(exc).__name__, message, retryable=False, reason=reason)
     return failure(type(exc).__name__, message, retryable=True)
+
+
+def contained(exc: BaseException) -> Outcome:
+    """A task raised something that would end the worker: the attempt fails for good."""
+    kind = type(exc).__name__
+    return failure(
+        kind,
+        f"the task raised {kind} ({describe(exc)}); the worker contained it: "
+        "a task may not stop the worker",
+        retryable=False,
+    )
 
 
 def timed_out(timeout_s: float) -> Outcome:
@@ -93,7 +140,7 @@ def encode_output(value: Any) -> str | None:
         return None
     try:
         text = json.dumps(value, default=str)
-    except (TypeError, ValueError):
+    except Exception:  # unserialisable, too deep, or a __str__ that raises: no output
         return None
     size = len(text.encode())
     if size <= MAX_OUTPUT_BYTES:
@@ -135,13 +182,24 @@ def result_record(
 
 
 def check_request(request: dict[str, Any]) -> None:
-    """Refuse a decodable request no scheduler can have written (it goes to the poison topic)."""
+    """Refuse a decodable request no scheduler can have written (it goes to the poison topic).
+
+    Ids must be UUIDs in the hyphenated 36-character form: Python's ``uuid.UUID`` also takes
+    ``urn:uuid:...`` and brace forms that PostgreSQL refuses, and a refused id in a batched
+    lease statement would fail its neighbours too."""
     for name in ("execution_id", "job_id"):
+        value = request[name]
         try:
-            uuid.UUID(request[name])
+            if not isinstance(value, str) or len(value) != 36:
+                raise ValueError
+            uuid.UUID(value)
         except (ValueError, TypeError, AttributeError):
-            raise ValueError(f"{name} {request[name]!r} is not a UUID") from None
+            raise ValueError(f"{name} {str(value)[:100]!r} is not a UUID") from None
     if request["attempt"] < 1:
         raise ValueError(f"attempt {request['attempt']} is not 1-based")
-    if not request["timeout_s"] > 0:
-        raise ValueError(f"timeout_s {request['timeout_s']} is not positive")
+    timeout_s = request["timeout_s"]
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise ValueError(f"timeout_s {timeout_s} is not in (0, {MAX_TIMEOUT_S:g}]")
+    for name in ("scheduled_at_ms", "due_at_ms"):
+        if not 0 <= request[name] <= _MAX_TIME_MS:
+            raise ValueError(f"{name} {request[name]} is not a time duetime can have written")

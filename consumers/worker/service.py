@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from duetime.consumers.tasks import TaskRegistry
@@ -56,6 +56,7 @@ from duetime.schemas.codec import Codec
 
 from . import metrics
 from .execution import Executor, Item
+from .http_target import HttpCaller, close_session, new_session
 from .kafka_io import TP, AsyncProducer, ConsumerThread
 from .leases import LeaseStore
 from .offsets import OffsetTracker
@@ -95,7 +96,7 @@ class Worker:
         self.worker_id = self.common.instance_id
         self.topics = Topics(self.common.topic_prefix)
         self.codec = Codec(registry_url=self.common.schema_registry_url)
-        self.registry = TaskRegistry()
+        self.registry = TaskRegistry(allowed_modules=settings.allowed_modules)
         if registry is not None:
             self.registry.update(registry)
         if settings.imports:
@@ -121,7 +122,7 @@ class Worker:
         self._target_producer: AsyncProducer | None = None
         self.leases: LeaseStore | None = None
         self.executor: Executor | None = None
-        self._http: httpx.AsyncClient | None = None
+        self._http: aiohttp.ClientSession | None = None
         self.exit_code = 0
         self._committed_at = 0.0
 
@@ -166,15 +167,14 @@ class Worker:
             self._loop,
             "worker-results",
         )
-        self._http = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=s.concurrency, max_keepalive_connections=64),
-            follow_redirects=False,  # a redirected POST is the target's misconfiguration
-        )
+        self._http = new_session(s.egress, s.concurrency)
         targets = Targets(
             registry=self.registry,
-            http=self._http,
+            http=HttpCaller(self._http, s.egress, s.secrets),
             kafka_producer=self._kafka_target_producer,
             worker_id=self.worker_id,
+            topic_prefix=self.common.topic_prefix,
+            kafka_topics=s.kafka_topics,
         )
         self.executor = Executor(
             worker_id=self.worker_id,
@@ -227,12 +227,17 @@ class Worker:
         self._started = True
         log.info(
             "worker started: %s slots (%s reserved for critical), buffer %s, lease ttl %.1f s, "
-            "%s registered tasks",
+            "%s registered tasks; python modules allowed: %s; kafka topics: %s; "
+            "http egress: %s; %s secrets",
             s.concurrency,
             s.reserved_critical,
             s.buffer,
             s.lease_ttl_s,
             len(self.registry),
+            ",".join(s.allowed_modules) or "none",
+            ",".join(s.kafka_topics) or "any but duetime's and Kafka's own",
+            s.egress.describe(),
+            len(s.secrets),  # how many, never which values
             extra={"worker_id": self.worker_id},
         )
 
@@ -269,7 +274,7 @@ class Worker:
                 await producer.flush(5.0)
                 producer.close()
         if self._http is not None:
-            await self._http.aclose()
+            await close_session(self._http)
         if self.leases is not None:
             await self.leases.close()
         self.codec.close()
@@ -294,7 +299,11 @@ class Worker:
     def _on_records(self, records: list[Message]) -> None:
         for msg in records:
             self._accept(msg)
-        self._start_ready()
+        try:
+            self._start_ready()
+        except Exception:  # the housekeeping loop starts them at its next round
+            metrics.LOOP_ERRORS.inc()
+            log.exception("starting work failed; carrying on")
 
     def _accept(self, msg: Message) -> None:
         tp: TP = (msg.topic() or "", msg.partition() or 0)
@@ -303,19 +312,27 @@ class Worker:
             return  # not tracked, never committed: redelivered to whoever owns it next
         if not self.offsets.add(tp, offset):
             return  # already seen in this assignment
-        priority = self._priority_of[tp[0]]
+        assert self.executor is not None
         try:
+            priority = self._priority_of[tp[0]]
             request = self.codec.decode(
                 "execution", msg.value() or b"", topic=tp[0], partition=tp[1], offset=offset
             )
             check_request(request)
         except (DecodeError, ValueError, KeyError) as exc:
-            assert self.executor is not None
+            self.executor.park_poison(msg, tp, offset, f"{type(exc).__name__}: {exc}")
+            return
+        except Exception as exc:  # anything a hostile record makes our code raise: park it
+            metrics.HANDLING_ERRORS.labels(stage="accept").inc()
+            log.exception(
+                "checking an execution request failed; parking it",
+                extra={"topic": tp[0], "partition": tp[1], "offset": offset},
+            )
             self.executor.park_poison(msg, tp, offset, f"{type(exc).__name__}: {exc}")
             return
         self._seq += 1  # a key per delivery: a partition can come back while old work runs
         key = f"{tp[0]}/{tp[1]}/{offset}#{self._seq}"
-        item = Item(key=key, tp=tp, offset=offset, priority=priority, request=request)
+        item = Item(key=key, tp=tp, offset=offset, priority=priority, request=request, msg=msg)
         self.state.items[key] = item
         self.state.outstanding[priority] += 1
         self.state.queues[priority].append(Waiting(time.monotonic(), key))

@@ -1,12 +1,32 @@
-"""The worker role's configuration: one frozen object, built and validated once in ``main``."""
+"""The worker role's configuration: one frozen object, built and validated once in ``main``.
+
+What jobs may reach (see ``policy.py``; each is checked at run time, on every attempt):
+
+- ``DUETIME_WORKER_PYTHON_MODULES``: comma list of module prefixes whose ``module:function``
+  refs may be imported and run (``myapp`` allows ``myapp.tasks:send``). The modules of
+  ``DUETIME_WORKER_IMPORTS`` are allowed too; registered task names always are. Default: none.
+- ``DUETIME_WORKER_KAFKA_TOPICS``: comma list of the topics Kafka targets may publish to (an
+  entry ending in ``*`` is a prefix). Default: any topic except duetime's own (under the topic
+  prefix, or ``duetime.``) and Kafka's internal ones (``__*``), which are never allowed.
+- ``DUETIME_WORKER_EGRESS_ALLOW``: comma list of ``loopback``, ``private`` and CIDRs that HTTP
+  targets may reach besides public addresses. Default: public addresses only. Link-local
+  (cloud metadata), multicast and other special ranges are denied whatever it says.
+- ``DUETIME_SECRET_<NAME>``: the value ``${secret:NAME}`` stands for in an HTTP target's header
+  values. Read once at start; never logged, never in this object's ``repr``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
+from duetime.consumers.tasks import check_module_prefixes
 from duetime.core.config import CommonSettings, Env
 from duetime.core.errors import ConfigError
 from duetime.core.priority import reserved_slots
+
+from .policy import EgressPolicy, check_topic_allow_list
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,16 @@ class WorkerSettings:
     """How often finished offsets are committed (asynchronously; synchronously on revoke)."""
     lease_retention_s: float = 7 * 24 * 3600.0
     """Finished leases are deleted after this long (the execution topics keep 7 days)."""
+    python_modules: tuple[str, ...] = ()
+    """Module prefixes whose ``module:function`` refs may run (DUETIME_WORKER_PYTHON_MODULES)."""
+    kafka_topics: tuple[str, ...] = ()
+    """If set, the only topics Kafka targets may publish to (``*`` suffix: a prefix)."""
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """Which addresses HTTP targets may reach (``DUETIME_WORKER_EGRESS_ALLOW``)."""
+    secrets: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False, compare=False, hash=False
+    )
+    """``{NAME: value}`` from ``DUETIME_SECRET_<NAME>``, for ``${secret:NAME}`` references."""
 
     @property
     def reserved_critical(self) -> int:
@@ -50,8 +80,14 @@ class WorkerSettings:
     def renew_interval_s(self) -> float:
         return self.lease_ttl_s / 3
 
+    @property
+    def allowed_modules(self) -> tuple[str, ...]:
+        """What ``module:function`` refs may import: the listed prefixes and the imports."""
+        return self.python_modules + self.imports
+
     @classmethod
-    def from_env(cls, env: Env) -> WorkerSettings:
+    def from_env(cls, env: Env, secrets: Mapping[str, str] | None = None) -> WorkerSettings:
+        """``secrets``: the ``DUETIME_SECRET_*`` values (``policy.secrets_from_environ``)."""
         settings = cls(
             common=CommonSettings.from_env(env),
             concurrency=env.integer("DUETIME_WORKER_CONCURRENCY", cls.concurrency, 1, 100_000),
@@ -77,11 +113,24 @@ class WorkerSettings:
             lease_retention_s=env.number(
                 "DUETIME_LEASE_RETENTION_S", cls.lease_retention_s, 3600.0, 365 * 86400.0
             ),
+            python_modules=env.items("DUETIME_WORKER_PYTHON_MODULES"),
+            kafka_topics=env.items("DUETIME_WORKER_KAFKA_TOPICS"),
+            egress=EgressPolicy.parse(env.items("DUETIME_WORKER_EGRESS_ALLOW")),
+            secrets=MappingProxyType(dict(secrets or {})),
         )
         settings.validate()
         return settings
 
     def validate(self) -> None:
+        for variable, items in (
+            ("DUETIME_WORKER_PYTHON_MODULES", self.python_modules),
+            ("DUETIME_WORKER_IMPORTS", self.imports),
+        ):
+            try:
+                check_module_prefixes(items, variable)
+            except ValueError as exc:
+                raise ConfigError(str(exc), details={"variable": variable}) from None
+        check_topic_allow_list(self.kafka_topics, "DUETIME_WORKER_KAFKA_TOPICS")
         if self.buffer < self.concurrency:
             raise ConfigError(
                 f"DUETIME_WORKER_BUFFER={self.buffer} must be at least "

@@ -2,22 +2,33 @@
 
 :meth:`Targets.run` never raises for anything the target does: every way it can end is an
 :class:`~.results.Outcome`. The caller (the executor) owns the timeout and the cancellation;
-a cancelled coroutine target is cancelled, a sync one is abandoned in its thread (Python
-cannot stop a thread; ``duetime_worker_abandoned_threads`` counts them).
+a cancelled coroutine target is cancelled (and abandoned if it ignores that:
+``duetime_worker_abandoned_tasks``), a sync one is abandoned in its thread (Python cannot stop
+a thread; ``duetime_worker_abandoned_threads`` counts them).
 
-- ``http``: API.md's request: the job's method (POST by default) with the JSON body
-  ``{job_id, execution_id, attempt, scheduled_at, payload}`` (no body for GET and HEAD) and
-  the headers ``Idempotency-Key: <execution_id>``, ``X-Duetime-Job-Id``,
-  ``X-Duetime-Attempt`` (over the job's own headers). 2xx is success; any other status, a
-  timeout or a connection failure is a retryable failure (a numeric ``Retry-After`` on the
-  answer becomes the result's ``retry_after_s``).
+Containment: user code can raise anything. ``SystemExit``, ``KeyboardInterrupt``,
+``GeneratorExit`` or a ``CancelledError`` a task raises by itself never reach the event loop
+(where they would end the process): the attempt fails permanently, naming the type. A
+``CancelledError`` that the *worker* caused (timeout, lost lease, shutdown) keeps its meaning.
+
+- ``http`` (``http_target.py``): API.md's request: the job's method (POST by default) with the
+  JSON body ``{job_id, execution_id, attempt, scheduled_at, payload}`` (no body for GET and
+  HEAD) and the headers ``Idempotency-Key: <execution_id>``, ``X-Duetime-Job-Id``,
+  ``X-Duetime-Attempt`` (over the job's own headers). 2xx is success; any other status
+  (3xx included: redirects are not followed), a timeout or a connection failure is a
+  retryable failure (a numeric ``Retry-After`` on the answer becomes the result's
+  ``retry_after_s``). Egress policy, header rules and secrets: see ``http_target.py``.
 - ``python``: the callable receives an :class:`~duetime.consumers.tasks.ExecutionContext`;
-  see ``duetime.consumers.tasks``.
+  only registered tasks and refs in modules the operator allowed resolve
+  (``DUETIME_WORKER_PYTHON_MODULES``; see ``duetime.consumers.tasks``).
 - ``kafka``: the payload JSON, keyed by job_id, with headers ``execution_id``,
-  ``duetime-job-id`` and ``duetime-attempt``, acknowledged by all in-sync replicas.
+  ``duetime-job-id`` and ``duetime-attempt``, acknowledged by all in-sync replicas. Never to
+  duetime's own topics nor Kafka's internal ones; only to ``DUETIME_WORKER_KAFKA_TOPICS`` when
+  that is set (``policy.topic_refusal``).
 
-An unknown target (no registered task, nothing importable, a topic that does not exist) is a
-permanent failure with reason ``unknown_target``: retrying cannot help.
+An unknown or forbidden target (no registered task, a module not allowed, a topic that does
+not exist or may not be written) is a permanent failure with reason ``unknown_target``:
+retrying cannot help.
 """
 
 from __future__ import annotations
@@ -28,18 +39,21 @@ import json
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from confluent_kafka import KafkaException
 
 from duetime.consumers.tasks import ExecutionContext, TaskRegistry, UnknownTarget, is_async
+from duetime.core.redact import escape_control, redact_text
 
 from . import metrics
+from .http_target import HttpCaller, request_body
 from .kafka_io import AsyncProducer
-from .results import Outcome, failure, from_exception, success
+from .policy import topic_refusal
+from .results import Outcome, contained, failure, from_exception, success
 
 log = logging.getLogger("duetime.worker.targets")
 
@@ -59,7 +73,7 @@ def payload_of(request: dict[str, Any]) -> Any:
     text = request.get("payload_json") or "null"
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return text
 
 
@@ -81,23 +95,34 @@ def context_of(request: dict[str, Any], worker_id: str) -> ExecutionContext:
     )
 
 
+def redacted_traceback(exc: BaseException) -> str:
+    """A traceback fit for a log: URLs and credentials in it redacted, one line."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return escape_control(redact_text(text))
+
+
 class Targets:
     def __init__(
         self,
         *,
         registry: TaskRegistry,
-        http: httpx.AsyncClient,
+        http: HttpCaller,
         kafka_producer: Callable[[], AsyncProducer],
         worker_id: str,
+        topic_prefix: str,
+        kafka_topics: tuple[str, ...] = (),
     ) -> None:
         self.registry = registry
         self.http = http
         self._kafka_producer = kafka_producer
         self.worker_id = worker_id
+        self.topic_prefix = topic_prefix
+        self.kafka_topics = kafka_topics
         self._topics_seen: dict[str, float] = {}
 
     async def run(self, request: dict[str, Any]) -> Outcome:
         target = request["target"]
+        fields = {"execution_id": request["execution_id"], "job_id": request["job_id"]}
         try:
             if "url" in target:
                 return await self._http(request, target)
@@ -107,17 +132,15 @@ class Targets:
                 return await self._kafka(request, target["topic"])
             return failure(
                 "UnknownTarget",
-                f"unknown target {target!r}",
+                f"unknown target with fields {sorted(target)[:10]}",
                 retryable=False,
                 reason="unknown_target",
             )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not kill the worker: fail the attempt
-            log.exception(
-                "target failed unexpectedly",
-                extra={"execution_id": request["execution_id"], "job_id": request["job_id"]},
-            )
+            metrics.TARGET_ERRORS.inc()
+            log.error("target failed unexpectedly: %s", redacted_traceback(exc), extra=fields)
             return from_exception(exc)
 
     # --- http -----------------------------------------------------------------------------
@@ -125,6 +148,9 @@ class Targets:
     async def _http(self, request: dict[str, Any], target: dict[str, Any]) -> Outcome:
         method = str(target.get("method") or "POST").upper()
         headers = dict(target.get("headers") or {})
+        for name in list(headers):  # ours win, whatever the case the job wrote them in
+            if name.lower() in _OWN_HEADERS:
+                del headers[name]
         headers.update(
             {
                 "Idempotency-Key": request["execution_id"],
@@ -133,71 +159,51 @@ class Targets:
                 "User-Agent": "duetime-worker",
             }
         )
-        content: bytes | None = None
+        body: bytes | None = None
         if method not in _NO_BODY:
             headers["Content-Type"] = "application/json"
-            content = json.dumps(
-                {
-                    "job_id": request["job_id"],
-                    "execution_id": request["execution_id"],
-                    "attempt": request["attempt"],
-                    "scheduled_at": iso_ms(request["scheduled_at_ms"]),
-                    "payload": payload_of(request),
-                }
-            ).encode()
-        try:
-            response = await self.http.request(
-                method,
-                target["url"],
-                content=content,
-                headers=headers,
-                timeout=request["timeout_s"],
-            )
-        except httpx.TimeoutException as exc:
-            return failure(
-                type(exc).__name__, f"HTTP timeout: {exc}", retryable=True, reason="timeout"
-            )
-        except httpx.HTTPError as exc:
-            return failure(type(exc).__name__, f"HTTP request failed: {exc}", retryable=True)
-        if 200 <= response.status_code < 300:
-            return success({"http_status": response.status_code})
-        return failure(
-            "HttpStatus",
-            f"{method} {target['url']} answered {response.status_code}: {response.text[:200]}",
-            retryable=True,
-            reason="http_status",
-            http_status=response.status_code,
-            retry_after_s=_retry_after_s(response),
+            body = request_body(request, payload_of(request), iso_ms(request["scheduled_at_ms"]))
+        return await self.http.call(
+            url=target["url"],
+            method=method,
+            headers=headers,
+            body=body,
+            timeout_s=request["timeout_s"],
         )
 
     # --- python ---------------------------------------------------------------------------
 
     async def _python(self, request: dict[str, Any], ref: str) -> Outcome:
+        fields = {"execution_id": request["execution_id"], "job_id": request["job_id"]}
         try:
             func = self.registry.resolve(ref)
         except UnknownTarget as exc:
             return failure("UnknownTarget", exc.message, retryable=False, reason="unknown_target")
         ctx = context_of(request, self.worker_id)
-        try:
-            if is_async(func):
-                value = await func(ctx)
-            else:
-                value = await _in_thread(func, ctx, request["execution_id"])
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        if is_async(func):
+            outcome = await _in_task(func, ctx, request["execution_id"])
+        else:
+            try:
+                outcome = success(await _in_thread(func, ctx, request["execution_id"]))
+            except _Contained as exc:
+                outcome = contained(exc.original)
+            except Exception as exc:
+                outcome = from_exception(exc)
+        if outcome.error is not None:
             log.info(
-                "task raised %s: %s",
-                type(exc).__name__,
-                exc,
-                extra={"execution_id": request["execution_id"], "job_id": request["job_id"]},
+                "task failed: %s: %s",
+                outcome.error["type"],
+                escape_control(outcome.error["message"]),
+                extra=fields,
             )
-            return from_exception(exc)
-        return success(value)
+        return outcome
 
     # --- kafka ----------------------------------------------------------------------------
 
     async def _kafka(self, request: dict[str, Any], topic: str) -> Outcome:
+        refusal = topic_refusal(topic, self.topic_prefix, self.kafka_topics)
+        if refusal is not None:
+            return failure("UnknownTarget", refusal, retryable=False, reason="unknown_target")
         producer = self._kafka_producer()
         if not await self._topic_exists(producer, topic):
             return failure(
@@ -206,20 +212,24 @@ class Targets:
                 retryable=False,
                 reason="unknown_target",
             )
-        future = await producer.send_wait(
-            topic,
-            (request.get("payload_json") or "null").encode(),
-            key=request["job_id"],
-            headers=[
-                ("execution_id", request["execution_id"].encode()),
-                ("duetime-job-id", request["job_id"].encode()),
-                ("duetime-attempt", str(request["attempt"]).encode()),
-            ],
-        )
         try:
+            future = await producer.send_wait(
+                topic,
+                (request.get("payload_json") or "null").encode(),
+                key=request["job_id"],
+                headers=[
+                    ("execution_id", request["execution_id"].encode()),
+                    ("duetime-job-id", request["job_id"].encode()),
+                    ("duetime-attempt", str(request["attempt"]).encode()),
+                ],
+            )
             msg = await future
         except KafkaException as exc:
-            return failure("KafkaError", f"publishing to {topic!r} failed: {exc}", retryable=True)
+            err = exc.args[0] if exc.args else None
+            retryable = bool(getattr(err, "retriable", lambda: True)())
+            return failure(
+                "KafkaError", f"publishing to {topic!r} failed: {exc}", retryable=retryable
+            )
         return success({"topic": topic, "partition": msg.partition(), "offset": msg.offset()})
 
     async def _topic_exists(self, producer: AsyncProducer, topic: str) -> bool:
@@ -237,15 +247,57 @@ class Targets:
         return True
 
 
-def _retry_after_s(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
+_OWN_HEADERS = frozenset(
+    {"idempotency-key", "x-duetime-job-id", "x-duetime-attempt", "user-agent", "content-type"}
+)
+
+
+class _Contained(Exception):
+    """Carries what a sync task raised that is not an ``Exception`` (SystemExit...) out of its
+    thread: a SystemExit set on an asyncio future would end the event loop when awaited."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(type(original).__name__)
+        self.original = original
+
+
+async def _guarded(func: Callable[[ExecutionContext], Any], ctx: ExecutionContext) -> Outcome:
+    """Run a coroutine task; whatever it raises becomes an outcome (only the worker's own
+    cancellation goes through)."""
     try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds <= 7 * 24 * 3600 else None
+        value = await func(ctx)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the worker cancelled it: timeout, lost lease or shutdown
+        return contained(exc)  # the task raised CancelledError by itself
+    except Exception as exc:
+        return from_exception(exc)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit...
+        return contained(exc)
+    return success(value)
+
+
+async def _in_task(
+    func: Callable[[ExecutionContext], Any], ctx: ExecutionContext, name: str
+) -> Outcome:
+    """Run a coroutine task in a task of its own, so that one that ignores its cancellation is
+    abandoned (and counted) instead of holding the worker's slot forever."""
+    child = asyncio.get_running_loop().create_task(_guarded(func, ctx), name=f"task-{name[:8]}")
+    try:
+        return await asyncio.shield(child)
+    except asyncio.CancelledError:
+        if not child.done():
+            metrics.ABANDONED_TASKS.inc()
+            child.add_done_callback(_abandoned_done)
+            child.cancel()
+        raise
+
+
+def _abandoned_done(task: asyncio.Task[Outcome]) -> None:
+    metrics.ABANDONED_TASKS.dec()
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned task's late error is expected
 
 
 def _in_thread(
@@ -270,8 +322,10 @@ def _in_thread(
     def body() -> None:
         try:
             value, ok = func(ctx), True
-        except BaseException as exc:
+        except Exception as exc:
             value, ok = exc, False
+        except BaseException as exc:  # never let SystemExit & co. reach the loop
+            value, ok = _Contained(exc), False
         with contextlib.suppress(RuntimeError):  # the loop is closed: the worker stopped
             loop.call_soon_threadsafe(settle, ok, value)
 

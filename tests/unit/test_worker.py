@@ -146,7 +146,19 @@ def test_result_records_fit_the_schema() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [{"execution_id": "not-a-uuid"}, {"attempt": 0}, {"timeout_s": 0.0}]
+    "bad",
+    [
+        {"execution_id": "not-a-uuid"},
+        # uuid.UUID takes these; PostgreSQL does not (and would fail a whole lease batch)
+        {"execution_id": "urn:uuid:12345678-1234-5678-1234-567812345678"},
+        {"job_id": "{12345678-1234-5678-1234-567812345678}"},
+        {"attempt": 0},
+        {"timeout_s": 0.0},
+        {"timeout_s": float("inf")},
+        {"timeout_s": float("nan")},
+        {"scheduled_at_ms": 2**62},
+        {"due_at_ms": -1},
+    ],
 )
 def test_requests_no_scheduler_can_write_are_refused(bad: dict[str, Any]) -> None:
     check_request(request())
@@ -174,7 +186,7 @@ def test_marking_registers_nothing_until_discovered() -> None:
     module.registry = other  # type: ignore[attr-defined]
     sys.modules[module.__name__] = module
     try:
-        registry = TaskRegistry()
+        registry = TaskRegistry(allowed_modules=("json",))
         assert "invoice.send" not in registry
         assert registry.discover([module.__name__]) == 2
         assert registry.resolve("invoice.send") is send
@@ -182,8 +194,10 @@ def test_marking_registers_nothing_until_discovered() -> None:
         assert registry.resolve("json:dumps").__name__ == "dumps"
         with pytest.raises(UnknownTarget, match="registered"):
             registry.resolve("invoice.unknown")
-        with pytest.raises(UnknownTarget, match="cannot import"):
+        with pytest.raises(UnknownTarget, match="not allowed"):
             registry.resolve("no_such_pkg.mod:f")
+        with pytest.raises(UnknownTarget, match="cannot import"):
+            TaskRegistry(allowed_modules=("no_such_pkg",)).resolve("no_such_pkg.mod:f")
         with pytest.raises(UnknownTarget, match="no attribute"):
             registry.resolve("json:no_such_function")
         with pytest.raises(ValueError, match="already registered"):
