@@ -33,7 +33,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from duetime.core.errors import DecodeError, DuetimeError
+from duetime.core.errors import CONTENT_ERRORS, DecodeError
 from duetime.core.jobspec import MAX_DEFINITION_BYTES
 from duetime.core.kafka import ErrorClass, classify, watermarks
 from duetime.core.poison import poison_headers, poison_value
@@ -47,18 +47,6 @@ from .store import HELD_PREFIX, StateStore
 log = logging.getLogger("duetime.scheduler")
 
 WAKE_HEADER = "duetime-wake-ms"
-CONTENT_ERRORS = (
-    DuetimeError,
-    ArithmeticError,
-    AttributeError,
-    LookupError,
-    TypeError,
-    ValueError,
-    RecursionError,
-    AssertionError,
-)
-"""What a record's or a state's content can make the pure transform raise. One job's or one
-record's, never the partition's: infrastructure errors (Kafka, SQLite, OS) are not in it."""
 CATCH_UP_LIMIT_MS = 10_000
 """A new owner fires at the latest this long after taking a partition, inputs read or not."""
 

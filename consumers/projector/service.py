@@ -36,7 +36,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from duetime.core import kafka
-from duetime.core.errors import DuetimeError
+from duetime.core.errors import CONTENT_ERRORS
 from duetime.core.poison import PRODUCER_MAX_BYTES, poison_headers, poison_value
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -55,13 +55,9 @@ BatchHook = Callable[[Batch, list[float]], None]
 # or a row that cannot be built from a decodable record (a timestamp past year 9999, a cron
 # expression that never fires).
 _CONTENT_ERRORS: tuple[type[BaseException], ...] = (
-    DuetimeError,
+    *CONTENT_ERRORS,
     psycopg.DataError,
     psycopg.IntegrityError,
-    ValueError,
-    KeyError,
-    TypeError,
-    OverflowError,
 )
 _PARKED_MEMORY = 100_000
 

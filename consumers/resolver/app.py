@@ -45,10 +45,10 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from duetime.core.dag import children, validate_dag
-from duetime.core.errors import DuetimeError
+from duetime.core.errors import CONTENT_ERRORS
 from duetime.core.poison import PRODUCER_MAX_BYTES, poison_headers, poison_value
 from duetime.core.topics import Topics
-from duetime.schemas.codec import Codec, DecodeError
+from duetime.schemas.codec import Codec
 
 from . import metrics, progress
 from .settings import TABLES, ResolverSettings
@@ -172,7 +172,7 @@ class Resolver:
                 run_id = _run_of(event_type, record)
                 if event_type == "dag_run" and run_id is not None:
                     validate_dag({n["key"]: n["depends_on"] for n in record["nodes"]})
-            except (DecodeError, DuetimeError, KeyError, TypeError, ValueError) as exc:
+            except CONTENT_ERRORS as exc:
                 await self._park(message, f"{type(exc).__name__}: {exc}")
                 continue
             if run_id is not None:
@@ -186,15 +186,15 @@ class Resolver:
 
     async def resolve(self, stream: Any) -> None:
         async for event in stream.events():
-            run_id = event.key.decode()
-            event_type = _header(event.message.headers, EVENT_HEADER)
-            if event_type == SWEEP:
-                self.sweep(event.message.partition, _now_ms())
-                continue
             try:
+                event_type = _header(event.message.headers, EVENT_HEADER)
+                if event_type == SWEEP:
+                    self.sweep(event.message.partition, _now_ms())
+                    continue
+                run_id = event.key.decode()
                 record = self.codec.decode(event_type, event.value, topic=event.message.topic)
                 actions = self.apply(run_id, event_type, record, _now_ms(), event.message.partition)
-            except (DuetimeError, KeyError, TypeError, ValueError) as exc:
+            except CONTENT_ERRORS as exc:
                 await self._park(event.message, f"{type(exc).__name__}: {exc}")
                 continue
             for command in actions.commands:

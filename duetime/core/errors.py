@@ -120,6 +120,22 @@ class DecodeError(PermanentError):
         self.offset = offset
 
 
+CONTENT_ERRORS: tuple[type[Exception], ...] = (
+    DuetimeError,
+    ArithmeticError,
+    AttributeError,
+    LookupError,
+    TypeError,
+    ValueError,
+    RecursionError,
+    AssertionError,
+)
+"""What one record's or one job's content can make a role's pure handling raise. Every role
+contains these to that record or job (parked on the poison topic, or the job quarantined),
+never to its partition or process. Infrastructure errors (Kafka, SQLite, PostgreSQL, the OS)
+are not in it: they are retried or end the cycle as before."""
+
+
 # Typed exceptions a Python task may raise to steer its own outcome.
 class RetryLater(RetryableError):
     """Raised by a task: fail this attempt and retry after ``delay_s`` (or the policy's delay)."""
