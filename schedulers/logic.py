@@ -291,7 +291,11 @@ def on_control(
     elif kind == "replay":
         if status == Status.CANCELLED.value or is_dag_trigger(state):
             return state, out
-        salt = f"{command.get('execution_id')}/{command['command_id']}"
+        # one replay per dead execution: a second command for the same dead execution
+        # derives the same new execution id, which is not emitted twice while in flight and
+        # whose finished lease the worker does not run again (issue 13, finding 12)
+        dead_id = command.get("execution_id")
+        salt = f"replay/{dead_id}" if dead_id else command["command_id"]
         _emit(state, now_ms, "replay", now_ms, out, salt=salt)
     elif kind == "release":
         run_id = command.get("dag_run_id") or ""

@@ -89,6 +89,41 @@ def test_retries_then_dead_letter_with_the_whole_history() -> None:
     assert dead["attempts"] == 3 and [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
 
 
+def replay_command(job_id: str, execution_id: str, command_id: str) -> dict[str, Any]:
+    return {
+        "command_id": command_id,
+        "job_id": job_id,
+        "kind": "replay",
+        "issued_at_ms": NOW,
+        "dag_id": None,
+        "dag_run_id": None,
+        "execution_id": execution_id,
+        "reason": None,
+        "requested_by": None,
+    }
+
+
+def test_replaying_one_dead_execution_twice_emits_one_execution() -> None:
+    """Issue 13, finding 12: two replay commands of the same dead execution (a double click,
+    two API processes) derive the same new execution, emitted once."""
+    state, request = fired(max_retries=0)
+    state, out = on_result(state, result(request, "failure"), NOW + 10, random.Random(1))
+    [dead] = out.dead_letters
+    emitted = []
+    for command_id in ("c1", "c2"):
+        new, out = logic.on_control(
+            state,
+            replay_command(state["job_id"], dead["execution_id"], command_id),
+            NOW + 20,
+            logic.Policy(),
+        )
+        assert new is not None
+        state = new
+        emitted += out.executions
+    assert len(emitted) == 1 and emitted[0]["trigger"] == "replay"
+    assert emitted[0]["execution_id"] != dead["execution_id"]
+
+
 def test_a_stale_fencing_token_is_ignored() -> None:
     state, request = fired()
     state, _ = on_result(state, result(request, "running", token=7), NOW + 1, random.Random())
