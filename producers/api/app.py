@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Response
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
@@ -22,12 +23,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from duetime import __version__
 from duetime.core import kafka
 from duetime.core.config import Env
+from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
 
-from . import dags, dlq, errors, jobs, metrics, stats, ui
+from . import dags, dlq, docs, errors, jobs, metrics, openapi, stats, ui
 from .deps import Res, Resources, no_unknown_query, require_token
+from .guard import Guard
 from .schemas import ErrorBody, Health
-from .settings import ApiSettings
+from .settings import ApiSettings, is_loopback
 from .writer import Writer
 
 log = logging.getLogger("duetime.api")
@@ -51,8 +54,23 @@ def create_app(settings: ApiSettings) -> FastAPI:
         await pool.open(wait=False)
         client = JobClient(settings=settings.common, max_payload_bytes=settings.max_payload_bytes)
         writer = Writer(client, settings.publish_timeout_s)
-        app.state.resources = Resources(settings, pool, client, writer)
-        log.info("api ready on http://%s:%s", settings.host, settings.port)
+        # one admin client for the process: each one holds its own broker connections and
+        # threads (a new one per /readyz grew the API from 11 to 39 threads over 80 calls)
+        admin = kafka.admin(settings.common)
+        app.state.resources = Resources(settings, pool, client, writer, admin)
+        log.info(
+            "api ready on http://%s:%s (answers for hosts %s)",
+            settings.host,
+            settings.port,
+            ", ".join(settings.hosts()),
+        )
+        if not settings.tokens:
+            log.warning(
+                "api runs without authentication (DUETIME_API_TOKENS is not set)%s",
+                " on loopback only"
+                if is_loopback(settings.host)
+                else " behind a gateway that must authenticate (DUETIME_API_ALLOW_NO_AUTH)",
+            )
         try:
             yield
         finally:
@@ -64,6 +82,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from the package by docs.install (FastAPI's uses a CDN)
+        redoc_url=None,
     )
     errors.install(app)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token), Depends(no_unknown_query)])
@@ -74,7 +94,20 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(v1)
     _operations(app)
     ui.install(app)
+    docs.install(app)
+    openapi.install(app)
 
+    if settings.allowed_origins:
+        # the listed foreign origins may call the API from a browser (a JSON body needs a
+        # CORS preflight); the Guard below has already refused every other origin's writes
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.allowed_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
+    app.add_middleware(Guard, settings=settings)
     app.add_middleware(ObserveRequests)
     return app
 
@@ -155,22 +188,28 @@ async def _check_pg(res: Resources) -> str:
             await conn.execute("SELECT 1")
         return "ok"
     except Exception as exc:
-        return f"unreachable: {exc}"[:200]
+        return f"unreachable: {redact_text(str(exc))}"[:200]
 
 
 async def _check_kafka(res: Resources) -> str:
     def probe() -> str:
-        md = kafka.admin(res.settings.common).list_topics(res.client.topics.jobs, timeout=2.0)
+        md = res.admin.list_topics(res.client.topics.jobs, timeout=2.0)
         topic = md.topics.get(res.client.topics.jobs)
         if topic is None or topic.error is not None:
             return f"topic {res.client.topics.jobs} missing"
         return "ok"
 
+    # one probe at a time: callers arriving while one runs share its answer, so a flood of
+    # /readyz (or a hung broker) cannot pile up threads
+    if res.kafka_probe is None or res.kafka_probe.done():
+        res.kafka_probe = asyncio.ensure_future(asyncio.wait_for(asyncio.to_thread(probe), 3.0))
     try:
-        return await asyncio.wait_for(asyncio.to_thread(probe), 3.0)
+        return await asyncio.shield(res.kafka_probe)
     except Exception as exc:
-        return f"unreachable: {exc}"[:200]
+        return f"unreachable: {redact_text(str(exc)) or type(exc).__name__}"[:200]
 
 
 def factory() -> FastAPI:
-    return create_app(ApiSettings.from_env(Env()))
+    settings = ApiSettings.from_env(Env())
+    settings.check_exposure()
+    return create_app(settings)

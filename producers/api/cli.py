@@ -11,6 +11,13 @@ def add_api_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="processes (overrides DUETIME_API_WORKERS)"
     )
+    parser.add_argument(
+        "--allow-no-auth",
+        action="store_true",
+        default=None,
+        help="serve without DUETIME_API_TOKENS on a non-loopback address: only behind a gateway "
+        "that authenticates, or a port published on loopback (sets DUETIME_API_ALLOW_NO_AUTH)",
+    )
 
 
 def run_api(args: argparse.Namespace) -> int:
@@ -33,8 +40,12 @@ def run_api(args: argparse.Namespace) -> int:
         host=args.host or settings.host,
         port=settings.port if args.port is None else args.port,
         workers=args.workers or settings.workers,
+        allow_no_auth=bool(args.allow_no_auth) or settings.allow_no_auth,
     )
     setup_logging(settings.common.log_format, settings.common.log_level, role="api")
+    # no tokens: loopback only (or an explicit gateway opt-out); a ConfigError names the
+    # variables and `duetime` prints it and exits before anything listens
+    settings.check_exposure()
     if settings.workers == 1:
         # the same registry as GET /metrics, on the port every role uses for Prometheus
         serve_metrics(settings.common.metrics_port)
@@ -42,6 +53,8 @@ def run_api(args: argparse.Namespace) -> int:
         # workers re-read the environment: pass the flags on through it
         os.environ["DUETIME_API_HOST"] = settings.host
         os.environ["DUETIME_API_PORT"] = str(settings.port)
+        if settings.allow_no_auth:
+            os.environ["DUETIME_API_ALLOW_NO_AUTH"] = "true"
         uvicorn.run(
             "duetime.producers.api.app:factory",
             factory=True,

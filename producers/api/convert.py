@@ -1,9 +1,24 @@
-"""Projection rows → the API's JSON shapes (see ``schemas``)."""
+"""Projection rows → the API's JSON shapes (see ``schemas``).
+
+Every read goes through here, and so does redaction (``duetime.core.redact``): an HTTP
+target's URL loses its userinfo and query values and its secret-looking headers are masked;
+every string of an execution's or dead letter's errors has its URLs and credentials
+redacted. A payload nested deeper than the API accepts (stored before the limit existed, or
+published by an older SDK) is left out with a note rather than breaking the whole page.
+``job_spec`` is not redacted: it compares a create body with what is stored.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from duetime.core.redact import redact_headers, redact_text, redact_url
+
+from .jsondepth import nesting_depth
+
+MAX_SHOWN_DEPTH = 64
+"""Payloads nested deeper than this are not shown (the answer's encoders recurse per level)."""
 
 _HIDDEN_ATTEMPT_KEYS = ("due_at_ms", "queued_at_ms", "started_at_ms", "result")
 
@@ -13,7 +28,35 @@ def _s(value: Any) -> str | None:
 
 
 def attempt_out(a: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in a.items() if not k.startswith("_") and k not in _HIDDEN_ATTEMPT_KEYS}
+    return {
+        k: redact_deep(v) if k == "error" else v
+        for k, v in a.items()
+        if not k.startswith("_") and k not in _HIDDEN_ATTEMPT_KEYS
+    }
+
+
+def redact_target(target: Any) -> Any:
+    if not isinstance(target, Mapping) or target.get("type") != "http":
+        return target
+    out = dict(target)
+    if isinstance(out.get("url"), str):
+        out["url"] = redact_url(out["url"])
+    if isinstance(out.get("headers"), Mapping):
+        out["headers"] = redact_headers(out["headers"])
+    return out
+
+
+def redact_deep(value: Any, depth: int = 0) -> Any:
+    """Every string inside ``value`` with its URLs and credentials redacted."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if depth > MAX_SHOWN_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        return {k: redact_deep(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_deep(v, depth + 1) for v in value]
+    return value
 
 
 def execution_out(e: Mapping[str, Any]) -> dict[str, Any]:
@@ -31,7 +74,7 @@ def execution_out(e: Mapping[str, Any]) -> dict[str, Any]:
         "started_at": e["started_at"],
         "finished_at": e["finished_at"],
         "worker_id": e["worker_id"],
-        "error": e["error"],
+        "error": redact_deep(e["error"]),
         "lateness_ms": e["lateness_ms"],
         "dag_id": _s(e["dag_id"]),
         "dag_run_id": e["dag_run_id"],
@@ -41,15 +84,19 @@ def execution_out(e: Mapping[str, Any]) -> dict[str, Any]:
 
 def job_out(row: Mapping[str, Any]) -> dict[str, Any]:
     last = row.get("last_execution")
-    return {
+    payload, omitted = row["payload"], None
+    if nesting_depth(payload) > MAX_SHOWN_DEPTH:
+        payload = None
+        omitted = f"the payload nests deeper than {MAX_SHOWN_DEPTH} levels and is not shown"
+    out = {
         "job_id": str(row["job_id"]),
         "name": row["name"],
         "status": row["status"],
         "next_run_at": row["next_run_at"],
         "schedule": row["schedule"],
         "priority": row["priority"],
-        "target": row["target"],
-        "payload": row["payload"],
+        "target": redact_target(row["target"]),
+        "payload": payload,
         "retry": row["retry"],
         "timeout_s": row["timeout_s"],
         "misfire": row["misfire"],
@@ -62,6 +109,9 @@ def job_out(row: Mapping[str, Any]) -> dict[str, Any]:
         "updated_at": row["updated_at"],
         "last_execution": None if last is None else execution_out(last),
     }
+    if omitted is not None:
+        out["payload_omitted"] = omitted
+    return out
 
 
 def job_spec(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,7 +140,7 @@ def dead_letter_out(row: Mapping[str, Any]) -> dict[str, Any]:
         "name": row["name"],
         "dead_at": row["dead_at"],
         "attempts": row["attempts"],
-        "errors": row["errors"],
+        "errors": redact_deep(row["errors"]),
         "dag_run_id": row["dag_run_id"],
         "replayed_at": row["replayed_at"],
     }

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
-from duetime.core.errors import NotFound, ValidationError
+from duetime.core.errors import Conflict, NotFound, ValidationError
+from duetime.core.jobspec import job_to_api
 from duetime.producers.sdk import dag_trigger_job_id
 
-from . import store
-from .deps import Res, Resources, parse_id, read_json
+from . import convert, store
+from .deps import Res, Resources, parse_id, read_json, validated
 from .pagination import decode_cursor, page_of
 from .schemas import (
     DAG_SCHEMA,
@@ -32,12 +33,15 @@ router = APIRouter()
     "/dags",
     status_code=201,
     response_model=DagCreatedOut,
-    responses=errors(400, 401, 413, 422, 503),
+    responses={
+        200: {"model": DagCreatedOut, "description": "the dag_id exists with this same DAG"},
+        **errors(400, 401, 409, 413, 422, 503),
+    },
     openapi_extra=request_body(DAG_SCHEMA),
     summary="create a DAG (jobs and their dependencies) in one call",
 )
-async def create_dag(request: Request, res: Res) -> dict[str, Any]:
-    body = await read_json(request, res.settings.max_body_bytes)
+async def create_dag(request: Request, response: Response, res: Res) -> dict[str, Any]:
+    body = await read_json(request, res.settings)
     if not isinstance(body, dict):
         raise ValidationError("a DAG must be a JSON object", field="")
     unknown = sorted(set(body) - {"dag_id", "name", "jobs", "schedule", "overlap"})
@@ -51,24 +55,70 @@ async def create_dag(request: Request, res: Res) -> dict[str, Any]:
     overlap = body.get("overlap", "skip")
     if not isinstance(overlap, str):
         raise ValidationError("overlap must be skip, allow or queue_one", field="overlap")
-    definition, jobs = res.client.build_dag(
+    definition, jobs = validated(
+        res.client.build_dag,
         name,
-        body.get("jobs"),  # type: ignore[arg-type]  # build_dag checks the shape
+        body.get("jobs"),
         schedule=body.get("schedule"),
         overlap=overlap,
         dag_id=body.get("dag_id"),
     )
+    dag_id = definition["dag_id"]
     async with res.pool.connection() as conn, conn.transaction():
-        for job in jobs:
-            await store.insert_new_job(conn, job)
-        await store.insert_new_dag(conn, definition)
+        # as POST /v1/jobs: an id that exists with another definition is a 409, for each
+        # member (a member's explicit job_id must not take over another job) and for the
+        # DAG itself (a re-post must not silently replace it); the same body again is a no-op
+        existed: list[bool] = []
+        trigger_row: dict[str, Any] | None = None
+        for i, job in enumerate(jobs):
+            if await store.insert_new_job(conn, job) is not None:
+                existed.append(False)
+                continue
+            row = await store.get_job(conn, job["job_id"])
+            assert row is not None  # the failed insert locked it
+            if convert.job_spec(row) != _wanted(job):
+                raise _conflict(dag_id, jobs, i)
+            existed.append(True)
+            trigger_row = row if i == len(jobs) - 1 else trigger_row
+        if not await store.insert_new_dag(conn, definition):
+            row = await store.get_dag(conn, dag_id)
+            assert row is not None
+            if store.dag_row_spec(row) != store.dag_spec(definition):
+                raise _conflict(dag_id, jobs, None)
+            if all(existed):
+                response.status_code = 200
+                return _created(definition, jobs, trigger_row)
         # members first, then the trigger job, then the DAG (as JobClient.create_dag does)
         await res.writer.publish_many([_publish_job(res, job) for job in jobs[:-1]])
         await res.writer.publish(_publish_job(res, jobs[-1]))  # the trigger job
         await res.writer.publish(
             lambda done: res.client.publish_dag_definition(definition, wait=False, on_delivery=done)
         )
-    trigger = store.job_row(jobs[-1])
+    return _created(definition, jobs, None)
+
+
+def _wanted(job: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in job_to_api(job).items() if k != "job_id"}
+
+
+def _conflict(dag_id: str, jobs: list[dict[str, Any]], index: int | None) -> Conflict:
+    if index is None or index == len(jobs) - 1:  # the DAG's own row or its trigger job
+        return Conflict(
+            f"DAG {dag_id} exists with a different definition",
+            details={"field": "dag_id", "dag_id": dag_id},
+        )
+    job = jobs[index]
+    return Conflict(
+        f"jobs[{index}] ({job['dag_key']!r}): job {job['job_id']} exists with a different "
+        "definition",
+        details={"field": f"jobs[{index}].job_id", "job_id": job["job_id"], "dag_id": dag_id},
+    )
+
+
+def _created(
+    definition: dict[str, Any], jobs: list[dict[str, Any]], trigger_row: dict[str, Any] | None
+) -> dict[str, Any]:
+    trigger = trigger_row if trigger_row is not None else store.job_row(jobs[-1])
     return {
         "dag_id": definition["dag_id"],
         "job_ids": {j["dag_key"]: j["job_id"] for j in jobs[:-1]},

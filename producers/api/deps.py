@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import logging
 import math
+import re
 import uuid
-from dataclasses import dataclass
-from typing import Annotated, Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
 
+from confluent_kafka.admin import AdminClient
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import AsyncConnectionPool
 
-from duetime.core.errors import NotFound, PayloadTooLarge, ValidationError
+from duetime.core.errors import DuetimeError, NotFound, PayloadTooLarge, ValidationError
+from duetime.core.redact import escape_control
 from duetime.producers.sdk import JobClient
 
-from .errors import Unauthorized
+from .errors import Unauthorized, UnsupportedMediaType
+from .guard import json_media_type, unsupported_media_type
+from .jsondepth import exceeds_depth
 from .pagination import BadRequest
 from .settings import ApiSettings
 from .writer import Writer
+
+log = logging.getLogger("duetime.api")
+T = TypeVar("T")
 
 
 @dataclass
@@ -28,6 +39,12 @@ class Resources:
     pool: AsyncConnectionPool[Any]
     client: JobClient
     writer: Writer
+    admin: AdminClient
+    """The process's one Kafka admin client (readiness, consumer lag)."""
+    kafka_probe: asyncio.Future[str] | None = None
+    """The readiness probe of Kafka in flight, shared by concurrent /readyz calls."""
+    cron_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
+    """Cron evaluations (next_runs) running at once in threads; the others wait their turn."""
 
 
 def resources(request: Request) -> Resources:
@@ -63,8 +80,20 @@ def _query_names(dependant: Any) -> set[str]:
     return names
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
 async def no_unknown_query(request: Request) -> None:
-    """A query parameter the route does not declare is a mistake worth a 400, not silence."""
+    """A query parameter the route does not declare is a mistake worth a 400, not silence;
+    so is a control character (NUL above all: PostgreSQL cannot hold it) in any value."""
+    for key, value in request.query_params.multi_items():
+        if _CONTROL_RE.search(key) or _CONTROL_RE.search(value):
+            field = key if not _CONTROL_RE.search(key) else "query"
+            raise BadRequest(
+                f"query parameter {escape_control(key)[:100]!s} holds a control character "
+                "(NUL, newline, ...)",
+                details={"field": field},
+            )
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None or not request.query_params:
@@ -89,8 +118,15 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def read_json(request: Request, limit_bytes: int) -> Any:
-    """The request's JSON body, read with a size bound: 413 above it, 400 if malformed."""
+async def read_json(request: Request, settings: ApiSettings) -> Any:
+    """The request's JSON body: 415 unless it is declared ``application/json``, 413 above
+    ``max_body_bytes``, 400 when malformed or nested deeper than ``max_json_depth`` (checked
+    on the bytes, before the parser recurses into it)."""
+    content_type = request.headers.get("content-type")
+    if not json_media_type(content_type):
+        _, _, message, details = unsupported_media_type(content_type)
+        raise UnsupportedMediaType(message, details=details)
+    limit_bytes = settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit_bytes:
         raise PayloadTooLarge(
@@ -110,10 +146,10 @@ async def read_json(request: Request, limit_bytes: int) -> Any:
     raw = b"".join(chunks)
     if not raw.strip():
         raise BadRequest("a JSON body is required")
-    try:
-        body = json.loads(raw, parse_float=_finite, parse_constant=_no_constants)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadRequest(f"malformed JSON: {exc}"[:300]) from None
+    if len(raw) > _INLINE_BYTES:  # large bodies: scanned and parsed beside the event loop
+        body = await asyncio.to_thread(_parse, raw, settings.max_json_depth)
+    else:
+        body = _parse(raw, settings.max_json_depth)
     lowered = raw.lower()
     if b"\\u0000" in lowered:
         raise ValidationError("strings may not contain NUL (\\u0000)", field="")
@@ -123,6 +159,38 @@ async def read_json(request: Request, limit_bytes: int) -> Any:
         except UnicodeEncodeError:
             raise BadRequest("malformed JSON: unpaired surrogate in a string") from None
     return body
+
+
+_INLINE_BYTES = 64 * 1024
+
+
+def _parse(raw: bytes, max_depth: int) -> Any:
+    if exceeds_depth(raw, max_depth):
+        raise BadRequest(
+            f"the JSON body nests deeper than {max_depth} levels (DUETIME_API_MAX_JSON_DEPTH)",
+            details={"field": "", "max_depth": max_depth},
+        )
+    try:
+        return json.loads(raw, parse_float=_finite, parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadRequest(f"malformed JSON: {exc}"[:300]) from None
+
+
+def validated(build: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``build(*args, **kwargs)``, a pure validation of request input: an arithmetic or value
+    error escaping it (a 400-digit integer, a date past year 9999) was caused by the input,
+    so it is a 422 naming what broke, never a 500. Logged with its traceback: a check is
+    missing upstream."""
+    try:
+        return build(*args, **kwargs)
+    except DuetimeError:
+        raise
+    except (OverflowError, ValueError, TypeError, RecursionError) as exc:
+        log.warning("validation let %s through", type(exc).__name__, exc_info=exc)
+        raise ValidationError(
+            f"a value is out of range or of the wrong kind: {type(exc).__name__}: {exc}"[:300],
+            field="",
+        ) from None
 
 
 def parse_id(value: str, what: str) -> str:

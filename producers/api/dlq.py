@@ -67,20 +67,25 @@ async def list_dlq(
 
 
 async def _replay(res: Resources, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Publish one replay command per dead letter and mark them replayed, all or nothing."""
+    """Replay each dead letter once: publish a replay command for those not replayed yet and
+    mark them, all or nothing. A dead letter replayed before (by any API process, or the
+    SDK) is answered as replayed again, as its first replay was, and nothing is published:
+    replaying twice never runs the job twice."""
     async with res.pool.connection() as conn:
         statuses = await store.statuses(conn, sorted({str(r["job_id"]) for r in rows}))
     todo, skipped = [], []
     for r in rows:
         status = statuses.get(str(r["job_id"]))
-        if status == "cancelled":
+        if status == "cancelled" and r["replayed_at"] is None:
             skipped.append({"execution_id": str(r["execution_id"]), "reason": "job cancelled"})
         else:
             todo.append(r)
     if todo:
         marked_at = _now()  # before the commands' issued_at: the projector's value wins
         async with res.pool.connection() as conn, conn.transaction():
-            await store.mark_replayed(conn, [str(r["execution_id"]) for r in todo], marked_at)
+            claimed = set(
+                await store.claim_replays(conn, [str(r["execution_id"]) for r in todo], marked_at)
+            )
 
             def publish(r: dict[str, Any]) -> Any:
                 return lambda done: res.client.command(
@@ -92,7 +97,10 @@ async def _replay(res: Resources, rows: list[dict[str, Any]]) -> dict[str, Any]:
                     requested_by="api",
                 )
 
-            await res.writer.publish_many([publish(r) for r in todo])
+            fresh = [r for r in todo if str(r["execution_id"]) in claimed]
+            # the claim commits only once Kafka acknowledged every command (an error rolls
+            # it back, so the dead letters can be replayed again)
+            await res.writer.publish_many([publish(r) for r in fresh])
     return {
         "replayed": len(todo),
         "execution_ids": [str(r["execution_id"]) for r in todo],
@@ -168,7 +176,7 @@ def _filter(body: Any) -> dict[str, Any]:
     summary="replay every dead execution that matches a filter (not yet replayed by default)",
 )
 async def replay_many(request: Request, res: Res) -> dict[str, Any]:
-    flt = _filter(await read_json(request, res.settings.max_body_bytes))
+    flt = _filter(await read_json(request, res.settings))
     async with res.pool.connection() as conn:
         rows = await store.list_dead_letters(
             conn,
@@ -196,7 +204,7 @@ _FINISHED = {"success": "succeeded", "dead": "dead", "skipped": "other", "cancel
     summary="where the replays of these dead letters are: succeeded, dead again, running",
 )
 async def replay_progress(request: Request, res: Res) -> dict[str, Any]:
-    body = await read_json(request, res.settings.max_body_bytes)
+    body = await read_json(request, res.settings)
     ids = body.get("execution_ids") if isinstance(body, dict) else None
     if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BULK:
         raise ValidationError(

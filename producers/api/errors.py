@@ -25,6 +25,7 @@ from duetime.core.errors import (
     RetryableError,
     ValidationError,
 )
+from duetime.core.redact import escape_control, redact_text
 
 from .pagination import BadRequest
 
@@ -33,6 +34,12 @@ log = logging.getLogger("duetime.api")
 
 class Unauthorized(DuetimeError):
     code = "unauthorized"
+
+
+class UnsupportedMediaType(DuetimeError):
+    """A request body that is not declared application/json (REST 415)."""
+
+    code = "unsupported_media_type"
 
 
 class Unavailable(RetryableError):
@@ -47,6 +54,7 @@ _STATUS: tuple[tuple[type[DuetimeError], int], ...] = (
     (NotFound, 404),
     (Conflict, 409),
     (PayloadTooLarge, 413),
+    (UnsupportedMediaType, 415),
     (ValidationError, 422),
     (RetryableError, 503),
 )
@@ -57,9 +65,18 @@ _HTTP_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    403: "forbidden",
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+
+
+def _suspect_field(request: Request) -> str:
+    """The query parameter most likely at fault (one holding a control character), or ''."""
+    for key, value in request.query_params.multi_items():
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            return key
+    return ""
 
 
 def status_of(exc: DuetimeError) -> int:
@@ -105,6 +122,31 @@ def install(app: FastAPI) -> None:
             body(code, str(exc.detail)),
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(psycopg.DataError)
+    async def _database_refused_input(request: Request, exc: psycopg.DataError) -> JSONResponse:
+        # a value PostgreSQL cannot hold or compare (a NUL, a timestamp out of its range, a
+        # number too large): the request's fault, whatever check let it through
+        reason = escape_control(redact_text(str(getattr(exc.diag, "message_primary", None) or exc)))
+        log.info("%s %s: refused by PostgreSQL: %s", request.method, request.url.path, reason)
+        return JSONResponse(
+            body(
+                "bad_request",
+                f"a value of this request cannot be stored or compared: {reason}"[:300],
+                {"field": _suspect_field(request)},
+            ),
+            status_code=400,
+        )
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(request: Request, exc: OverflowError) -> JSONResponse:
+        # only input reaches a number or date this far out of range (a 400-digit integer,
+        # a timestamp whose offset moves it past year 9999)
+        log.info("%s %s: out of range: %s", request.method, request.url.path, exc)
+        return JSONResponse(
+            body("bad_request", f"a number or time is out of range: {exc}"[:300], {}),
+            status_code=400,
         )
 
     @app.exception_handler(psycopg.OperationalError)

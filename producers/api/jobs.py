@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -12,7 +13,7 @@ from duetime.core.jobspec import job_to_api
 from duetime.core.schedule import OneTime, next_fire, parse_schedule
 
 from . import convert, store
-from .deps import Res, Resources, parse_id, read_json
+from .deps import Res, Resources, parse_id, read_json, validated
 from .pagination import decode_cursor, page_of
 from .schemas import (
     JOB_SCHEMA,
@@ -31,6 +32,9 @@ from .schemas import (
 
 router = APIRouter()
 
+MAX_NEXT_RUNS = 100
+"""The most fire times ``next_runs`` computes in one call."""
+
 Limit = Query(100, ge=1, le=500, description="page size")
 Cursor = Query(None, max_length=200, description="next_cursor of the previous page")
 
@@ -47,10 +51,10 @@ Cursor = Query(None, max_length=200, description="next_cursor of the previous pa
     summary="create a job",
 )
 async def create_job(request: Request, response: Response, res: Res) -> dict[str, Any]:
-    body = await read_json(request, res.settings.max_body_bytes)
+    body = await read_json(request, res.settings)
     if not isinstance(body, dict):
         raise ValidationError("a job must be a JSON object", field="")
-    definition = res.client.build(body)
+    definition = validated(res.client.build, body)
     async with res.pool.connection() as conn, conn.transaction():
         new = await store.insert_new_job(conn, definition)
         if new is None:
@@ -184,14 +188,22 @@ for _kind in ("cancel", "pause", "resume", "trigger"):
     summary="the job's next fire times from its schedule (none while cancelled or finished)",
 )
 async def next_runs(
-    job_id: str, res: Res, count: int = Query(5, ge=1, le=100, description="how many")
+    job_id: str,
+    res: Res,
+    count: int = Query(
+        5, ge=1, le=MAX_NEXT_RUNS, description=f"how many (at most {MAX_NEXT_RUNS})"
+    ),
 ) -> dict[str, Any]:
     job_id = parse_id(job_id, "job")
     async with res.pool.connection() as conn:
         row = await store.get_job(conn, job_id)
     if row is None:
         raise NotFound(f"no job {job_id}", details={"job_id": job_id})
-    return {"job_id": job_id, "next_runs": _next_runs(row, count, datetime.now(UTC))}
+    # cron math is CPU work (hundreds of ms for a sparse expression): in a thread, a few at
+    # a time, so the event loop keeps answering everyone else meanwhile
+    async with res.cron_slots:
+        runs = await asyncio.to_thread(validated, _next_runs, row, count, datetime.now(UTC))
+    return {"job_id": job_id, "next_runs": runs}
 
 
 def _next_runs(row: dict[str, Any], count: int, now: datetime) -> list[datetime]:

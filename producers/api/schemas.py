@@ -80,6 +80,9 @@ class JobOut(BaseModel):
     priority: Priority
     target: dict[str, Any]
     payload: Any = None
+    payload_omitted: str | None = Field(
+        None, description="why the payload is not shown (nested deeper than the API renders)"
+    )
     retry: dict[str, Any]
     timeout_s: float
     misfire: str
@@ -440,9 +443,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code, text in (
         (400, "malformed JSON or a bad query parameter"),
         (401, "a bearer token is required (DUETIME_API_TOKENS is set)"),
+        (403, "a browser's Origin that may not change anything here"),
         (404, "unknown id"),
-        (409, "the job's status does not allow this change"),
+        (
+            409,
+            "the job's status does not allow this change, or the id exists with another definition",
+        ),
         (413, "payload or request body too large"),
+        (415, "a request body that is not application/json"),
         (422, "well-formed but invalid (bad cron, unknown time zone, a DAG cycle, ...)"),
         (503, "Kafka or PostgreSQL did not answer"),
     )

@@ -17,7 +17,6 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import OffsetSpec
 from fastapi import APIRouter, Query
 
-from duetime.core import kafka
 from duetime.core.models import PRIORITY_ORDER
 from duetime.core.topics import Topics
 
@@ -153,7 +152,7 @@ async def lag(
 def _lag(res: Any, topics: Topics, group: str) -> dict[str, dict[str, int]]:
     """Per execution topic: end offsets, committed offsets of ``group`` and their difference
     (a partition the group never committed counts from its first retained offset)."""
-    admin = kafka.admin(res.settings.common)
+    admin = res.admin
     names = topics.executions
     md = admin.list_topics(timeout=5)
     tps = [

@@ -45,15 +45,18 @@ async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, An
     return row if await cur.fetchone() is not None else None
 
 
-async def insert_new_dag(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> None:
+async def insert_new_dag(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> bool:
+    """Insert a new DAG's row; False when the dag_id exists (the row is then locked until the
+    caller's transaction ends, as in ``insert_new_job``)."""
     schedule = schedule_to_api(definition.get("schedule"))
     nodes = [
         {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
         for n in definition["nodes"]
     ]
-    await conn.execute(
+    cur = await conn.execute(
         "INSERT INTO dags (dag_id, name, schedule, overlap, nodes, revision, created_at, "
-        "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (dag_id) DO NOTHING",
+        "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (dag_id) DO NOTHING "
+        "RETURNING dag_id",
         (
             definition["dag_id"],
             definition["name"],
@@ -65,6 +68,33 @@ async def insert_new_dag(conn: AsyncConnection[Any], definition: Mapping[str, An
             _dt(definition["created_at_ms"]),
         ),
     )
+    return await cur.fetchone() is not None
+
+
+def dag_spec(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """What makes a DAG, from its definition record: compared with a stored row's
+    (``dag_row_spec``) to tell an idempotent re-post from a conflicting one."""
+    return {
+        "name": definition["name"],
+        "schedule": schedule_to_api(definition.get("schedule")),
+        "overlap": definition["overlap"],
+        "nodes": [
+            {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
+            for n in definition["nodes"]
+        ],
+    }
+
+
+def dag_row_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": row["name"],
+        "schedule": row["schedule"],
+        "overlap": row["overlap"],
+        "nodes": [
+            {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
+            for n in row["nodes"] or []
+        ],
+    }
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -245,21 +275,28 @@ async def statuses(conn: AsyncConnection[Any], job_ids: Sequence[str]) -> dict[s
     return {job_id: status for job_id, status in await cur.fetchall()}
 
 
-async def mark_replayed(
+async def claim_replays(
     conn: AsyncConnection[Any], execution_ids: Sequence[str], at: datetime
-) -> None:
+) -> list[str]:
+    """Mark these dead letters replayed and return those that were not yet: only they may
+    be replayed now. Inside the caller's transaction the claimed rows stay locked until it
+    ends, so a concurrent claim of the same dead letter (from any API process) waits, then
+    finds it taken; a rolled-back claim (the publish failed) leaves it free again. A replay
+    the projector saw (the SDK's ``replay``) counts as taken too."""
     ids = list(execution_ids)
-    await conn.execute(
-        "INSERT INTO dlq_replays AS r (execution_id, replayed_at) "
-        "SELECT unnest(%s::uuid[]), %s ON CONFLICT (execution_id) DO UPDATE "
-        "SET replayed_at = GREATEST(r.replayed_at, EXCLUDED.replayed_at)",
+    cur = await conn.execute(
+        "INSERT INTO dlq_replays (execution_id, replayed_at) SELECT unnest(%s::uuid[]), %s "
+        "ON CONFLICT (execution_id) DO NOTHING RETURNING execution_id::text",
         (ids, at),
     )
-    await conn.execute(
-        "UPDATE dead_letters d SET replayed_at = r.replayed_at FROM dlq_replays r "
-        "WHERE d.execution_id = r.execution_id AND r.execution_id = ANY(%s::uuid[])",
-        (ids,),
-    )
+    claimed = [str(r[0]) for r in await cur.fetchall()]
+    if claimed:
+        await conn.execute(
+            "UPDATE dead_letters d SET replayed_at = r.replayed_at FROM dlq_replays r "
+            "WHERE d.execution_id = r.execution_id AND r.execution_id = ANY(%s::uuid[])",
+            (claimed,),
+        )
+    return claimed
 
 
 # --- DAGs ------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from tests.integration.test_api_support import (
 from tests.integration.test_worker_support import Sink
 
 TOKEN = "s3cret-token-for-tests-0123456789"
+JSON: dict[str, Any] = {"headers": {"Content-Type": "application/json"}}
 
 
 def job_body(**over: Any) -> dict[str, Any]:
@@ -69,9 +70,10 @@ def test_every_documented_error_has_its_status_and_body_and_writes_nothing(
         before_records, before_rows = topic_record_count(settings), table_counts(settings)
         unknown = str(uuid.uuid4())
         cases: list[tuple[str, str, dict[str, Any], int, str]] = [
-            ("POST", "/v1/jobs", {"content": b'{"name": "x",'}, 400, "bad_request"),
-            ("POST", "/v1/jobs", {"content": b""}, 400, "bad_request"),
-            ("POST", "/v1/jobs", {"content": b'{"a": NaN}'}, 400, "bad_request"),
+            ("POST", "/v1/jobs", {"content": b'{"name": "x",', **JSON}, 400, "bad_request"),
+            ("POST", "/v1/jobs", {"content": b"", **JSON}, 400, "bad_request"),
+            ("POST", "/v1/jobs", {"content": b'{"a": NaN}', **JSON}, 400, "bad_request"),
+            ("POST", "/v1/jobs", {"content": b"{}"}, 415, "unsupported_media_type"),
             ("POST", "/v1/jobs", {"json": []}, 422, "invalid"),
             (
                 "POST",
