@@ -216,6 +216,7 @@ class PartitionOwner:
                     self.pending.held[key] = (job_id, msg.value() or b"")
                     return
                 new, out = logic.on_control(state, record, now_ms, self.policy)
+                self._check_sizes(out)
             else:
                 new, out = logic.on_result(state, record, now_ms, self.rng)
         except CONTENT_ERRORS as exc:
@@ -270,10 +271,24 @@ class PartitionOwner:
                 continue
             try:
                 out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
+                self._check_sizes(out)
             except CONTENT_ERRORS as exc:
                 out = self._quarantine(state, exc, now_ms)
             self._collect(job_id, state, out)
         return len(due)
+
+    def _check_sizes(self, out: logic.Outputs) -> None:
+        """A DAG run's ``started`` event lists every node: the one output that can outgrow
+        its job's definition. One over the record limit would abort this partition's every
+        transaction, so it fails here, as that job's content (the SDK and the API refuse
+        such a DAG at creation; this holds for records written past them)."""
+        for event in out.dag_run_events:
+            size = len(self.codec.encode("dag_run", event))
+            if size > MAX_DEFINITION_BYTES:
+                raise ValueError(
+                    f"the DAG run event would be {size} bytes, over the record limit of "
+                    f"{MAX_DEFINITION_BYTES}"
+                )
 
     def _quarantine(self, state: dict[str, Any], exc: Exception, now_ms: int) -> logic.Outputs:
         """One job's content broke the transform: that job stops (dead, on the DLQ, with the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -311,3 +312,43 @@ def test_a_definition_may_not_move_a_job_into_a_dag(
         assert b"into, out of or between DAGs" in dict(got[0].headers())["duetime-error"]
     finally:
         poison.close()
+
+
+def test_a_dag_run_too_large_for_one_record_quarantines_its_trigger_only(
+    settings: CommonSettings, scheduler: Running, client: JobClient, executions: TopicReader
+) -> None:
+    """Finding 3, past the SDK: a trigger job whose definition fits but whose run event (every
+    node twice) would not. It used to abort every transaction of its partition forever."""
+    topics = Topics(settings.topic_prefix)
+    dlq = TopicReader(settings, [topics.dlq], "dead_letter")
+    try:
+        nodes = [
+            {"key": f"{i:05d}" + "k" * 195, "job_id": str(uuid.uuid4()), "depends_on": []}
+            for i in range(2500)
+        ]
+        dag_id = str(uuid.uuid4())
+        trigger = client._build(
+            {
+                "name": "huge-dag",
+                "schedule": {"at": "2020-01-01T00:00:00Z"},
+                "target": {"type": "python", "ref": "duetime.dag_trigger"},
+                "payload": {"nodes": nodes},
+                "labels": {"duetime.dag": dag_id},
+            },
+            int(time.time() * 1000),
+            internal=True,
+        )
+        client.publish_definition(trigger)
+        dead = wait_for(
+            lambda: [r for r in dlq.snapshot() if r["job_id"] == trigger["job_id"]],
+            30,
+            "a dead letter for the oversized DAG trigger",
+        )
+        assert "over the record limit" in dead[0]["errors"][0]["error"]["message"]
+        job = client.create_job(
+            name="same-partitions", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+        )
+        wait_for(lambda: of_job(executions, job.job_id), 15, "a plain job after the big DAG")
+        assert scheduler.thread.is_alive()
+    finally:
+        dlq.close()
