@@ -12,6 +12,7 @@ SUITES = {
     "api": "bench.api_projector",
     "day": "bench.day",
     "compare": "bench.compare",
+    "http": "bench.http_rate",
 }
 
 

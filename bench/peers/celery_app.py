@@ -14,18 +14,27 @@ Guarantees:
   and prints one JSON line with the time its last publish finished and how far it fell
   behind its plan.
 - Building the app reads nothing from the environment: everything comes from argv.
+- ``produce --sink-url URL`` publishes the HTTP variant instead: the task records its start,
+  then POSTs duetime's HTTP-target request to URL (API.md: body ``{job_id, execution_id,
+  attempt, scheduled_at, payload: {seq}}``, headers ``Idempotency-Key: <task id>``,
+  ``X-Duetime-Job-Id``, ``X-Duetime-Attempt``) over a keep-alive ``http.client`` connection
+  per pool process; a non-2xx answer or a connection failure is retried (1 s, at most 3
+  times), as duetime's default retry policy does.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 # Celery lives only in the virtualenv that celery_peer.py builds; duetime's own venv
 # (where mypy runs) does not have it.
@@ -33,6 +42,7 @@ from celery import Celery  # type: ignore[import-not-found, unused-ignore]
 from celery.signals import worker_ready  # type: ignore[import-not-found, unused-ignore]
 
 TASK_NAME = "duetime_peer.noop"
+HTTP_TASK_NAME = "duetime_peer.http"
 
 # Settings and why (Celery's "Optimizing" guide and task best practices):
 CELERY_SETTINGS: dict[str, Any] = {
@@ -73,7 +83,56 @@ def make_app(broker_url: str, records_dir: Path) -> Celery:
         os.write(fd, f"{seq} {now:.6f}\n".encode())
 
     app.task(name=TASK_NAME)(noop)
+
+    connections: dict[tuple[str, int], http.client.HTTPConnection] = {}
+
+    def post(url: str, body: bytes, headers: dict[str, str]) -> int:
+        """POST over this process's keep-alive connection; one reconnect if it went stale."""
+        parts = urlsplit(url)
+        key = (parts.hostname or "127.0.0.1", parts.port or 80)
+        for attempt in (1, 2):
+            conn = connections.get(key)
+            if conn is None:
+                conn = connections[key] = http.client.HTTPConnection(*key, timeout=30)
+            try:
+                conn.request("POST", parts.path or "/", body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                return response.status
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                connections.pop(key, None)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def http_post(task: Any, seq: int, due_ms: int, url: str, job_id: str) -> None:
+        noop(seq)  # the start, as the no-op task records it
+        attempt = task.request.retries + 1
+        body = json.dumps({
+            "job_id": job_id, "execution_id": task.request.id, "attempt": attempt,
+            "scheduled_at": iso_ms(due_ms), "payload": {"seq": seq},
+        }).encode()  # fmt: skip
+        headers = {
+            "Content-Type": "application/json", "Idempotency-Key": task.request.id,
+            "X-Duetime-Job-Id": job_id, "X-Duetime-Attempt": str(attempt),
+            "User-Agent": "celery-peer",
+        }  # fmt: skip
+        try:
+            status = post(url, body, headers)
+        except (OSError, http.client.HTTPException) as exc:
+            raise task.retry(exc=exc, countdown=1, max_retries=3) from exc
+        if not 200 <= status < 300:
+            raise task.retry(exc=RuntimeError(f"HTTP {status}"), countdown=1, max_retries=3)
+
+    app.task(name=HTTP_TASK_NAME, bind=True)(http_post)
     return app
+
+
+def iso_ms(ms: int) -> str:
+    """RFC 3339 UTC with milliseconds, as duetime's worker writes ``scheduled_at``."""
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
 
 
 def run_worker(args: argparse.Namespace, worker_args: list[str]) -> None:
@@ -92,7 +151,7 @@ def run_worker(args: argparse.Namespace, worker_args: list[str]) -> None:
 def run_producer(args: argparse.Namespace) -> None:
     """Publish the workload and print one JSON line about how it went."""
     app = make_app(args.broker_url, Path(args.records_dir))
-    task = app.tasks[TASK_NAME]
+    task = app.tasks[HTTP_TASK_NAME if args.sink_url else TASK_NAME]
     total = args.jobs if args.scenario == "burst" else int(args.rate * args.duration_s)
     t0 = args.t0
 
@@ -110,7 +169,12 @@ def run_producer(args: argparse.Namespace) -> None:
                     time.sleep(wait_s)
                 max_behind_s = max(max_behind_s, time.time() - submit_at)
             eta = datetime.fromtimestamp(due(seq), tz=UTC)
-            task.apply_async((seq,), eta=eta, producer=producer)
+            if args.sink_url:
+                due_ms = round(due(seq) * 1000)
+                task_args: tuple[Any, ...] = (seq, due_ms, args.sink_url, str(uuid.uuid4()))
+            else:
+                task_args = (seq,)
+            task.apply_async(task_args, eta=eta, producer=producer)
             if time.monotonic() - last_report >= 2.0:
                 print(f"celery producer {args.shard}: at job {seq + 1}/{total}", file=sys.stderr,
                       flush=True)  # fmt: skip
@@ -142,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         "--shard", type=int, default=0, help="this producer publishes seq %% shards == shard"
     )
     p.add_argument("--shards", type=int, default=1)
+    p.add_argument("--sink-url", default=None, help="the HTTP variant: each task POSTs here")
     # Options the parser does not know are the worker's own (``--pool=prefork`` ...).
     args, worker_args = parser.parse_known_args(argv)
     if args.cmd == "worker":

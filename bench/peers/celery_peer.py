@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuMeter
+
 from .common import (
     PEERS_HOME,
     REPO_ROOT,
@@ -173,8 +175,13 @@ def default_producers(workload: Workload) -> int:
 
 
 def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "prefork",
-               producers: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """Run ``workload`` against Redis + one Celery worker; return the result dictionary."""
+               producers: int | None = None,
+               sink_url: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run ``workload`` against Redis + one Celery worker; return the result dictionary.
+
+    ``sink_url``: the HTTP variant, each task POSTs duetime's HTTP-target request there.
+    The result's ``cpu_s`` holds the CPU seconds of Redis, the worker (with its pool) and
+    the producers from the worker being ready to the last start."""
     producers = producers or default_producers(workload)
     ensure_venv()
     redis_server = ensure_redis()
@@ -209,10 +216,24 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
                 wait_for(lambda: (records_dir / "worker-ready").exists(), 60,
                          "the Celery worker to be ready", worker, worker_log)  # fmt: skip
                 progress(PEER, f"worker ready ({' '.join(worker_flags)})")
+                meter = CpuMeter({"redis": redis_proc.pid, "celery_worker": worker.pid})
+                meter.start()
                 t0 = time.time() + lead_s
-                produced = _produce(workload, broker_url, records_dir, t0, lead_s, producers, env)
+                children_before = os.times()
+                produced = _produce(
+                    workload, broker_url, records_dir, t0, lead_s, producers, env, sink_url
+                )
+                children_after = os.times()  # the producers have exited and been reaped
                 timed_out = _wait_for_starts(workload, records_dir, t0, worker, worker_log)
+                meter.stop()
                 starts = _read_starts(records_dir)
+        cpu_s = {
+            **meter.seconds(),
+            "producers": round(
+                children_after.children_user + children_after.children_system
+                - children_before.children_user - children_before.children_system, 2
+            ),
+        }  # fmt: skip
         publish_done = float(produced["publish_done_unix_s"])
         warnings: list[str] = []
         if workload.scenario == "burst" and publish_done > t0:
@@ -232,10 +253,12 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
             "settings": _celery_settings(),
             "producer": f"apply_async(eta=due) over one producer connection in each of "
             f"{producers} process(es)",
+            "target": "http (keep-alive http.client POST per pool process)" if sink_url else "noop",
         }
         extra = {
             "producer_max_behind_s": round(float(produced["producer_max_behind_s"]), 3),
             "publish_s": round(publish_done - (t0 - lead_s), 3),
+            "cpu_s": cpu_s,
             "warnings": warnings,
         }
         return summarize(PEER, workload, t0, starts, versions, config, extra)
@@ -251,7 +274,8 @@ def _celery_settings() -> dict[str, Any]:
 
 
 def _produce(workload: Workload, broker_url: str, records_dir: Path, t0: float, lead_s: float,
-             producers: int, env: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+             producers: int, env: dict[str, str],
+             sink_url: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Run ``producers`` producer processes to the end and merge their summaries.
 
     Their progress lines pass through to stderr. kombu's Redis publish costs ~1 ms of
@@ -262,7 +286,7 @@ def _produce(workload: Workload, broker_url: str, records_dir: Path, t0: float, 
         "--records-dir", str(records_dir), "--scenario", workload.scenario,
         "--jobs", str(workload.jobs), "--rate", str(workload.rate_per_s),
         "--duration-s", str(workload.duration_s), "--lead-s", str(lead_s), "--t0", repr(t0),
-        "--shards", str(producers),
+        "--shards", str(producers), *(["--sink-url", sink_url] if sink_url else []),
     ]  # fmt: skip
     deadline = (
         time.monotonic()

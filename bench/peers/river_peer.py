@@ -34,6 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuMeter
 from duetime.infra.local_postgres import LocalPostgres
 from duetime.infra.process import free_port
 
@@ -86,8 +87,13 @@ def run_river(
     fetch_cooldown_ms: float = 2.0,
     fetch_poll_interval_ms: float = 20.0,
     fast_unsafe: bool = False,
+    sink_url: str | None = None,
 ) -> dict[str, Any]:
-    """Run ``workload`` against River on a local PostgreSQL; return the result dictionary."""
+    """Run ``workload`` against River on a local PostgreSQL; return the result dictionary.
+
+    ``sink_url``: the HTTP variant, each job POSTs duetime's HTTP-target request there. The
+    result's ``cpu_s`` holds the CPU seconds of PostgreSQL (from its database being created)
+    and of the Go process (inserts and work) until it exits."""
     binary = build()
     lead_s = workload.effective_lead_s
     logging.getLogger("duetime.infra").setLevel(logging.WARNING)
@@ -101,6 +107,8 @@ def run_river(
         pg.start(timeout_s=120)
         pg.drop_database(DATABASE)
         pg.create_database(DATABASE)
+        meter = CpuMeter({"postgresql": pg.pid})
+        meter.start()
         cmd = [
             str(binary), "-database-url", pg.url(DATABASE), "-scenario", workload.scenario,
             "-jobs", str(workload.jobs), "-rate", str(workload.rate_per_s),
@@ -108,6 +116,7 @@ def run_river(
             "-timeout-s", str(workload.timeout_s), "-max-workers", str(max_workers),
             "-fetch-cooldown", f"{fetch_cooldown_ms}ms",
             "-fetch-poll-interval", f"{fetch_poll_interval_ms}ms", "-records", str(records),
+            *(["-sink-url", sink_url] if sink_url else []),
         ]  # fmt: skip
         budget_s = (
             lead_s
@@ -116,11 +125,21 @@ def run_river(
             + (workload.duration_s if workload.scenario == "sustained" else 0)
         )
         progress(PEER, f"running {workload.total} jobs (first due in {lead_s:.1f} s)")
+        children_before = os.times()
         with managed(cmd, "river-peer", log, stdout=subprocess.PIPE, stderr=None) as proc:
             try:
                 out, _ = proc.communicate(timeout=budget_s)
             except subprocess.TimeoutExpired:
                 raise PeerError(f"river-peer did not finish in {budget_s:.0f} s") from None
+        children_after = os.times()  # the Go process has exited and been reaped
+        meter.stop()
+        cpu_s = {
+            **meter.seconds(),
+            "river_process": round(
+                children_after.children_user + children_after.children_system
+                - children_before.children_user - children_before.children_system, 2
+            ),
+        }  # fmt: skip
         if proc.returncode != 0:
             raise PeerError(f"river-peer failed (exit {proc.returncode})")
         summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
@@ -151,6 +170,7 @@ def run_river(
         "producer_max_behind_s": round(summary["producer_max_behind_s"], 3),
         "insert_s": round(insert_done_s - (t0 - lead_s), 3),
         "all_completed_after_s": round(last_completed_s - t0, 3) if last_completed_s > 0 else None,
+        "cpu_s": cpu_s,
         "warnings": warnings,
     }
     return summarize(PEER, workload, t0, starts, summary["versions"], config, extra)

@@ -16,19 +16,29 @@
 // lines go to stderr. The run ends when every job has started and completed, or at
 // -timeout-s after the last due time (jobs not started by then are lost to the caller).
 // SIGINT/SIGTERM stop the client and exit without a summary.
+//
+// With -sink-url the jobs are the HTTP variant: each records its start, then POSTs
+// duetime's HTTP-target request to the URL (body {job_id, execution_id, attempt,
+// scheduled_at, payload: {seq}}, headers Idempotency-Key: <River job id>, X-Duetime-Job-Id,
+// X-Duetime-Attempt) with one shared keep-alive net/http client; a non-2xx answer or a
+// transport error fails the attempt, and River retries it.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,6 +63,7 @@ type options struct {
 	fetchPollInterval time.Duration
 	timeoutS          float64
 	records           string
+	sinkURL           string
 }
 
 func parseOptions() (options, error) {
@@ -69,6 +80,7 @@ func parseOptions() (options, error) {
 	flag.DurationVar(&o.fetchPollInterval, "fetch-poll-interval", 20*time.Millisecond, "Config.FetchPollInterval")
 	flag.Float64Var(&o.timeoutS, "timeout-s", 120, "give up this long after the last due time")
 	flag.StringVar(&o.records, "records", "", "file for the JSON lines of job starts (required)")
+	flag.StringVar(&o.sinkURL, "sink-url", "", "the HTTP variant: each job POSTs to this URL")
 	flag.Parse()
 	switch {
 	case o.databaseURL == "":
@@ -149,6 +161,55 @@ func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
 	return nil
 }
 
+type httpArgs struct {
+	Seq       int    `json:"seq"`
+	DueUnixMs int64  `json:"due_unix_ms"`
+	URL       string `json:"url"`
+}
+
+func (httpArgs) Kind() string { return "duetime_peer_http" }
+
+// httpWorker POSTs duetime's HTTP-target request; the client keeps connections alive.
+type httpWorker struct {
+	river.WorkerDefaults[httpArgs]
+	rec    *recorder
+	client *http.Client
+}
+
+func (w *httpWorker) Work(ctx context.Context, job *river.Job[httpArgs]) error {
+	w.rec.record(job.Args.Seq, time.Now().UnixNano())
+	id := strconv.FormatInt(job.ID, 10)
+	body, err := json.Marshal(map[string]any{
+		"job_id":       id,
+		"execution_id": id,
+		"attempt":      job.Attempt,
+		"scheduled_at": time.UnixMilli(job.Args.DueUnixMs).UTC().Format("2006-01-02T15:04:05.000Z"),
+		"payload":      map[string]int{"seq": job.Args.Seq},
+	})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, job.Args.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", id)
+	req.Header.Set("X-Duetime-Job-Id", id)
+	req.Header.Set("X-Duetime-Attempt", strconv.Itoa(job.Attempt))
+	req.Header.Set("User-Agent", "river-peer")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body) // drain, so the connection is reused
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("sink answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
 type summary struct {
 	Scenario           string            `json:"scenario"`
 	Inserted           int               `json:"inserted"`
@@ -204,6 +265,10 @@ func run(ctx context.Context, o options) error {
 	rec := newRecorder(total)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{rec: rec})
+	river.AddWorker(workers, &httpWorker{rec: rec, client: &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+	}})
 	client, err := river.NewClient(driver, &river.Config{
 		FetchCooldown:     o.fetchCooldown,
 		FetchPollInterval: o.fetchPollInterval,
@@ -281,6 +346,7 @@ func run(ctx context.Context, o options) error {
 			"pool_max_conns":         pool.Config().MaxConns,
 			"insert":                 "InsertMany",
 			"lead_s":                 o.leadS,
+			"target":                 target(o),
 		},
 	}
 	return json.NewEncoder(os.Stdout).Encode(s)
@@ -312,9 +378,14 @@ func insertAll(ctx context.Context, client *river.Client[pgx.Tx], o options, t0 
 			}
 			params := make([]river.InsertManyParams, 0, end-next)
 			for seq := next; seq < end; seq++ {
+				due := o.dueAt(t0, seq)
+				var args river.JobArgs = noopArgs{Seq: seq}
+				if o.sinkURL != "" {
+					args = httpArgs{Seq: seq, DueUnixMs: due.UnixMilli(), URL: o.sinkURL}
+				}
 				params = append(params, river.InsertManyParams{
-					Args:       noopArgs{Seq: seq},
-					InsertOpts: &river.InsertOpts{ScheduledAt: o.dueAt(t0, seq)},
+					Args:       args,
+					InsertOpts: &river.InsertOpts{ScheduledAt: due},
 				})
 			}
 			if _, err := client.InsertMany(ctx, params); err != nil {
@@ -364,6 +435,13 @@ func waitForAll(ctx context.Context, rec *recorder, completed *atomic.Int64, tot
 		case <-ticker.C:
 		}
 	}
+}
+
+func target(o options) string {
+	if o.sinkURL != "" {
+		return "http (net/http POST, shared keep-alive client)"
+	}
+	return "noop"
 }
 
 func writeRecords(path string, rec *recorder) error {
