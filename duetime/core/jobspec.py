@@ -8,6 +8,7 @@ before anything reaches Kafka. Errors are :class:`ValidationError` (422) naming 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import sys
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import PayloadTooLarge, ValidationError
 from .inputs import (
@@ -28,6 +30,7 @@ from .inputs import (
     reserved_prefixes,
 )
 from .models import Misfire, Overlap, Priority, TargetType
+from .redact import redact_url
 from .retry import RetryPolicy
 from .schedule import Cron, OneTime, Schedule, parse_schedule, schedule_to_dict
 
@@ -138,6 +141,7 @@ def _target(raw: Any, prefixes: tuple[str, ...]) -> dict[str, Any]:
             raise ValidationError(
                 "target.url contains whitespace or a control character", field="target.url"
             )
+        _check_url_host(url)
         headers = check_headers(raw.get("headers") or {})
         return {"url": url, "method": method, "headers": headers}
     if target_type is TargetType.PYTHON:
@@ -150,6 +154,36 @@ def _target(raw: Any, prefixes: tuple[str, ...]) -> dict[str, Any]:
         )
     check_topic(topic, prefixes=prefixes)
     return {"topic": topic}
+
+
+_METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data"})
+
+
+def _check_url_host(url: str) -> None:
+    """Refuse early what no worker may ever call: a URL that does not parse, and cloud
+    metadata endpoints (link-local addresses, their well-known names). Workers check every
+    resolved address again against their operator's egress policy; this is the early 422."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError as exc:
+        raise ValidationError(f"target.url does not parse: {exc}", field="target.url") from None
+    if not host or (port is not None and not 0 < port < 65536):
+        raise ValidationError("target.url needs a host (and a valid port)", field="target.url")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if (address is not None and (address.is_link_local or address.is_unspecified)) or (
+        host.lower().rstrip(".") in _METADATA_HOSTS
+    ):
+        raise ValidationError(
+            f"target.url {redact_url(url)!r} is a link-local or cloud metadata address: "
+            "never allowed",
+            field="target.url",
+        )
 
 
 def _python_ref(ref: Any) -> str:

@@ -226,3 +226,19 @@ def test_every_second_cron_is_the_next_second_at_any_time_of_day(naive: datetime
     after = naive.replace(tzinfo=UTC)
     expected = after.replace(microsecond=0) + timedelta(seconds=1)
     assert next_fire(Cron("* * * * * *"), after) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/computeMetadata/v1/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[fe80::1]/",
+        "http://metadata.google.internal/",
+        "http://0.0.0.0:8080/",
+        "http://host:99999/",
+        "http://:80/",
+    ],
+)
+def test_metadata_and_unusable_urls_are_refused_at_creation(url: str) -> None:
+    refused("target.url", target={"type": "http", "url": url})
