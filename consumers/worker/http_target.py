@@ -187,6 +187,12 @@ class HttpCaller:
                 retryable=True,
                 reason="timeout",
             )
+        except aiohttp.InvalidURL as exc:  # e.g. a non-canonical IPv4 ("127.1"): never valid
+            return failure(
+                "InvalidTarget",
+                f"{shown} is not a valid URL: {_client_error_text(exc)}",
+                retryable=False,
+            )
         except aiohttp.ClientError as exc:
             denied = _egress_cause(exc)
             if denied is not None:

@@ -105,11 +105,21 @@ def from_exception(exc: BaseException) -> Outcome:
     if not isinstance(exc, Exception):
         return contained(exc)
     if isinstance(exc, RetryLater):
-        return failure(type(exc).__name__, message, retryable=True, retry_after_s=exc.delay_s)
+        return failure(
+            type(exc).__name__, message, retryable=True, retry_after_s=_delay_s(exc.delay_s)
+        )
     if isinstance(exc, FailPermanently | PermanentError):
         reason = "unknown_target" if getattr(exc, "code", "") == "unknown_target" else "error"
         return failure(type(exc).__name__, message, retryable=False, reason=reason)
     return failure(type(exc).__name__, message, retryable=True)
+
+
+def _delay_s(value: object) -> float | None:
+    """A task's own retry delay, if it is a sane number of seconds (else the policy's)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= MAX_TIMEOUT_S else None
 
 
 def contained(exc: BaseException) -> Outcome:

@@ -5,21 +5,27 @@ and applies each key's effect once (an idempotent consumer), so a second attempt
 as a second delivery, never as a second effect. Its behaviour per request comes from the
 payload: ``sleep_s`` (answer after sleeping), ``fail_times`` (answer 500 to the first n
 deliveries of a key), ``status`` (answer this status while the sink is ``broken``),
-``gated`` (hold the request until the test opens the sink's ``gate``).
+``gated`` (hold the request until the test opens the sink's ``gate``), ``answer_status`` and
+``answer_body`` (always answer with this status and body text).
+
+Workers started here allow what these tests need unless told otherwise: HTTP to loopback (the
+sink) and Python refs under ``tests`` (see :class:`RunningWorker`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from duetime.consumers.tasks import ExecutionContext, TaskRegistry
+from duetime.consumers.worker.policy import EgressPolicy
 from duetime.consumers.worker.service import Worker
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.errors import FailPermanently, RetryLater
@@ -90,7 +96,11 @@ class Sink:
             self.deliveries.append(delivery)
             seen = sum(1 for d in self.deliveries if d.key == key)
         status = 200
-        if self.broken:
+        answer = b"{}"
+        if "answer_status" in payload:
+            status = int(payload["answer_status"])
+            answer = str(payload.get("answer_body", "")).encode()
+        elif self.broken:
             status = int(payload.get("status", 503))
         elif seen <= int(payload.get("fail_times", 0)):
             status = 500
@@ -103,9 +113,10 @@ class Sink:
                     self.effects[key] += 1  # idempotent: the effect happens once per key
         try:
             handler.send_response(status)
-            handler.send_header("Content-Length", "2")
+            handler.send_header("Content-Type", "text/plain")
+            handler.send_header("Content-Length", str(len(answer)))
             handler.end_headers()
-            handler.wfile.write(b"{}")
+            handler.wfile.write(answer)
         except OSError:
             pass  # the worker went away (killed, or it cancelled the call)
 
@@ -123,10 +134,31 @@ class Sink:
             self.server.server_close()
 
 
-class RunningWorker:
-    """A worker on its own event loop in a thread of the test process."""
+def with_test_allowances(settings: WorkerSettings) -> WorkerSettings:
+    """The settings, plus what the test suite's targets need when they allow nothing: the
+    loopback sinks (``DUETIME_WORKER_EGRESS_ALLOW=loopback``) and refs under ``tests``."""
+    if settings.egress == EgressPolicy():
+        settings = replace(settings, egress=EgressPolicy(loopback=True))
+    if not settings.python_modules:
+        settings = replace(settings, python_modules=("tests",))
+    return settings
 
-    def __init__(self, settings: WorkerSettings, registry: TaskRegistry | None = None) -> None:
+
+class RunningWorker:
+    """A worker on its own event loop in a thread of the test process.
+
+    ``test_allowances`` (default): see :func:`with_test_allowances`; False runs the settings
+    exactly as given (a test of the policies themselves)."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        registry: TaskRegistry | None = None,
+        *,
+        test_allowances: bool = True,
+    ) -> None:
+        if test_allowances:
+            settings = with_test_allowances(settings)
         self.worker = Worker(settings, registry)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
@@ -217,3 +249,39 @@ REGISTRY = TaskRegistry()
 @REGISTRY.task("test.echo")
 async def echo(ctx: ExecutionContext) -> dict[str, Any]:
     return {"attempt": ctx.attempt, "payload": ctx.payload, "worker": ctx.worker_id}
+
+
+# --- hostile tasks: what a task must not be able to do to its worker ----------------------
+
+
+def exits(ctx: ExecutionContext) -> None:
+    """Sync: ``sys.exit`` from a task thread."""
+    raise SystemExit(3)
+
+
+async def exits_async(ctx: ExecutionContext) -> None:
+    raise SystemExit(4)
+
+
+async def interrupts_async(ctx: ExecutionContext) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupts(ctx: ExecutionContext) -> None:
+    raise KeyboardInterrupt
+
+
+async def generator_exit(ctx: ExecutionContext) -> None:
+    raise GeneratorExit
+
+
+async def cancels_itself(ctx: ExecutionContext) -> None:
+    raise asyncio.CancelledError
+
+
+async def ignores_cancellation(ctx: ExecutionContext) -> None:
+    """Swallows the worker's cancellation (the timeout) and keeps going for a while."""
+    deadline = time.monotonic() + float(ctx.payload.get("for_s", 5))
+    while time.monotonic() < deadline:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
