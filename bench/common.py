@@ -192,6 +192,9 @@ def role_env(common: Any, **extra: str) -> dict[str, str]:
         "DUETIME_DATABASE_URL": common.database_url,
         "DUETIME_TOPIC_PREFIX": common.topic_prefix,
         "DUETIME_PARTITIONS": str(common.partitions),
+        # workers: the benchmarks' sinks are on 127.0.0.1 and their tasks under bench.*
+        "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
+        "DUETIME_WORKER_PYTHON_MODULES": "bench,tests",
         **extra,
     }
 

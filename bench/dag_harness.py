@@ -43,6 +43,9 @@ def role_env(settings: CommonSettings, **extra: str) -> dict[str, str]:
         "DUETIME_TOPIC_PREFIX": settings.topic_prefix,
         "DUETIME_PARTITIONS": str(settings.partitions),
         "DUETIME_LOG_LEVEL": "INFO",
+        # workers (tests/e2e/test_dag_worker.py): tasks under tests.*
+        "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
+        "DUETIME_WORKER_PYTHON_MODULES": "tests,bench",
         **extra,
     }
 

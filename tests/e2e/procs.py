@@ -23,6 +23,9 @@ def role_env(settings: CommonSettings, **extra: str) -> dict[str, str]:
         "DUETIME_TOPIC_PREFIX": settings.topic_prefix,
         "DUETIME_PARTITIONS": str(settings.partitions),
         "DUETIME_LOG_LEVEL": "INFO",
+        # workers: the tests' HTTP sinks are on 127.0.0.1 and their tasks under tests.*
+        "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
+        "DUETIME_WORKER_PYTHON_MODULES": "tests,bench",
     }
     env.update(extra)
     return env

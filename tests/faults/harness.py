@@ -520,6 +520,9 @@ class Scenario:
             "DUETIME_LOG_LEVEL": "INFO",
             "DUETIME_INSTANCE_ID": name,
             "DUETIME_SCHEDULER_STATE_DIR": str(self.dir / "state" / name),
+            # workers: the scenarios' HTTP sinks are on 127.0.0.1 and their tasks under tests.*
+            "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
+            "DUETIME_WORKER_PYTHON_MODULES": "tests,bench",
         }
         env.update(extra)
         return env
