@@ -8,7 +8,8 @@ duetime / peer to duetime's JSON, writes ``bench/results/comparison.json`` and a
 prints the README table. ``--run`` makes them first, one after the other on the same box
 (about 15 minutes): ``worker burst --jobs 10000``, ``worker rate --rate 350 --duration-s 30``,
 ``worker rate --rate 1000 --duration-s 30`` and the peers' ``burst --jobs 10000``,
-``sustained --rate 350`` and ``sustained --rate 1000``.
+``sustained --rate 350`` and ``sustained --rate 1000``; then the HTTP pairs, ``http rate
+--rate 350`` and ``--rate 1000`` (30 s each) and ``http peers`` at the same rates.
 
 The pairs (lateness = start − due time, per job; throughput = distinct jobs started ÷ (last
 start − first due)):
@@ -17,6 +18,10 @@ start − first due)):
   2 workers, end to end) against ``peers-burst``.
 - *sustained 350 / 1,000 jobs/s*: duetime's ``worker-rate-<rate>`` against
   ``peers-sustained`` / ``peers-sustained-1000``.
+- *http 350/s, http 1000/s*: HTTP targets POSTing to a local sink, lateness = arrival at the
+  sink − scheduled time; duetime's ``http-rate-<rate>`` (jobs created over REST, see
+  ``bench/http_rate.py``) against ``peers-http-<rate>``. Their rows also carry p50 and max
+  lateness and CPU per job.
 
 A throughput ratio above 1 and a lateness ratio below 1 mean duetime is ahead.
 """
@@ -33,6 +38,8 @@ PAIRS = {
     "burst-10000": ("worker-burst-10000", "peers-burst"),
     "sustained-350": ("worker-rate-350", "peers-sustained"),
     "sustained-1000": ("worker-rate-1000", "peers-sustained-1000"),
+    "http 350/s": ("http-rate-350", "peers-http-350"),
+    "http 1000/s": ("http-rate-1000", "peers-http-1000"),
 }
 
 
@@ -50,6 +57,12 @@ def run_all() -> None:
     for rate in (350.0, 1000.0):
         peers = run_peers("sustained", rate=rate, duration_s=30)
         write_json(default_output("sustained", rate), peers)
+    from bench import http_rate
+
+    for rate in (350.0, 1000.0):
+        progress(f"duetime: HTTP targets created over REST, {rate:g} jobs/s")
+        http_rate.scenario_rate(rate, 30)
+        http_rate.scenario_peers(rate, 30)
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -66,6 +79,21 @@ def _ratio(ours: float | None, theirs: float | None) -> float | None:
     return round(ours / theirs, 3)
 
 
+def _more(result: dict[str, Any]) -> dict[str, Any]:
+    """p50 and max lateness, lost, duplicates and CPU per job, for results that have them
+    (the HTTP scenarios measure CPU; older results leave it out)."""
+    lateness = result.get("lateness_ms") or {}
+    out = {
+        "lateness_p50_ms": lateness.get("p50"),
+        "lateness_max_ms": lateness.get("max"),
+        "lost": result.get("lost"),
+        "duplicates": result.get("duplicates"),
+    }
+    if "cpu_ms_per_job" in result:
+        out["cpu_ms_per_job"] = result["cpu_ms_per_job"]
+    return out
+
+
 def compare() -> dict[str, Any]:
     table: dict[str, Any] = {}
     for scenario, (ours_name, peers_name) in PAIRS.items():
@@ -79,6 +107,7 @@ def compare() -> dict[str, Any]:
                 "throughput_jobs_per_s": ours.get("throughput_jobs_per_s"),
                 "lateness_p99_ms": (ours.get("lateness_ms") or {}).get("p99"),
                 "jobs": ours.get("jobs"),
+                **_more(ours),
             }
         }
         section: dict[str, Any] = {}
@@ -95,6 +124,7 @@ def compare() -> dict[str, Any]:
                     ours.get("throughput_jobs_per_s"), result["throughput_jobs_per_s"]
                 ),
                 "lateness_ratio": _ratio(row["duetime"]["lateness_p99_ms"], theirs_p99),
+                **_more(result),
             }
         row["peers"] = section
         table[scenario] = row
@@ -115,7 +145,9 @@ def readme_table(table: dict[str, Any]) -> str:
     def cell(d: dict[str, Any]) -> str:
         p99 = d.get("lateness_p99_ms")
         shown = "n/m" if p99 is None else f"{p99:.0f} ms"
-        return f"{d['throughput_jobs_per_s']:,.0f} jobs/s, p99 {shown}"
+        cpu = d.get("cpu_ms_per_job")
+        more = "" if cpu is None else f", {cpu:.1f} ms CPU/job"
+        return f"{d['throughput_jobs_per_s']:,.0f} jobs/s, p99 {shown}{more}"
 
     def ratios(d: dict[str, Any] | None) -> str:
         if d is None:

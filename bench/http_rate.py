@@ -268,14 +268,19 @@ def scrape_workers(n: int) -> dict[str, Any]:
     (``duetime_worker_execution_seconds``) and how late they started."""
     sums: dict[str, float] = {}
     buckets: dict[float, float] = {}
+    per_worker: list[int | None] = []
     for i in range(n):
         try:
             url = f"http://127.0.0.1:{METRICS_BASE_PORT + i}/metrics"
             with urllib.request.urlopen(url, timeout=5) as response:
                 text = response.read().decode()
         except OSError:
+            per_worker.append(None)
             continue
+        count = 0.0
         for line in text.splitlines():
+            if line.startswith("duetime_worker_execution_seconds_count"):
+                count += float(line.rsplit(" ", 1)[1])
             match = _METRIC.match(line)
             if match is None:
                 continue
@@ -287,7 +292,8 @@ def scrape_workers(n: int) -> dict[str, Any]:
                     buckets[bound] = buckets.get(bound, 0.0) + float(value)
             elif not name.endswith("_bucket"):
                 sums[name] = sums.get(name, 0.0) + float(value)
-    out: dict[str, Any] = {}
+        per_worker.append(int(count))
+    out: dict[str, Any] = {"executions_per_worker": per_worker}
     for what in ("execution", "start_lateness"):
         count = sums.get(f"duetime_worker_{what}_seconds_count", 0.0)
         if count:
@@ -310,7 +316,7 @@ def scenario_rate(
     duration_s: float,
     workers: int = 2,
     api_workers: int = 1,
-    connections: int = 16,
+    connections: int = 64,
     lead_s: float = 10.0,
     timeout_s: float = 120.0,
 ) -> dict[str, Any]:
@@ -378,7 +384,9 @@ def scenario_rate(
             - children_before.children_user - children_before.children_system, 2
         ),
     }  # fmt: skip
-    figures = delivery_figures(sink.records, created, t0_s * 1000)
+    figures = delivery_figures(
+        sink.records, created, t0_s * 1000, lambda seq: t0_s * 1000 + seq * 1000 / rate
+    )
     series = figures.pop("_series")
     cost = per_job(cpu_s, figures["arrived"], exclude=NOT_SYSTEM)
     result = {
@@ -583,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="after the last due time, jobs not arrived are lost")  # fmt: skip
     rate.add_argument("--workers", type=int, default=2)
     rate.add_argument("--api-workers", type=int, default=1, help="DUETIME_API_WORKERS")
-    rate.add_argument("--connections", type=int, default=16, help="the load generator's")
+    rate.add_argument("--connections", type=int, default=64, help="the load generator's")
     peers.add_argument("--peers", nargs="+", choices=("celery", "river"), default=None)
     gen = sub.add_parser("_generate")  # the load generator process of ``rate``
     gen.add_argument("--api-url", required=True)

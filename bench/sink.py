@@ -33,7 +33,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -302,18 +302,25 @@ class Sink:
 
 
 def delivery_figures(
-    records: Sequence[dict[str, Any]], expected: Collection[int], first_due_ms: float
+    records: Sequence[dict[str, Any]],
+    expected: Collection[int],
+    first_due_ms: float,
+    planned_due_ms: Callable[[int], float] | None = None,
 ) -> dict[str, Any]:
     """Lateness, lost, duplicates and throughput from a sink's records.
 
     Jobs are told apart by ``payload.seq`` (``expected``: the seqs of the jobs that were
     created; a delivery with any other seq counts as malformed); a job's lateness is its
-    first arrival − its ``scheduled_at``; *lost*: seqs that never arrived; *duplicates*: extra
+    first arrival − its planned due time (``planned_due_ms(seq)``; without it, the body's
+    ``scheduled_at``). Both differ when a job was created after its planned due time: duetime
+    runs a one-time job due in the past at once, with ``scheduled_at`` = its creation, so
+    ``lateness_vs_scheduled_at_ms`` then hides how late the creation was and
+    ``lateness_ms`` does not. *lost*: seqs that never arrived; *duplicates*: extra
     arrivals of an Idempotency-Key already seen (the sink answered each with 200);
     throughput: distinct jobs arrived ÷ (last first-arrival − first due), as the peers'
     harness measures starts. ``_series`` holds (scheduled_ms, lateness_ms) for a plot."""
     wanted = expected if isinstance(expected, (set, frozenset, range)) else set(expected)
-    first: dict[int, tuple[float, float]] = {}
+    first: dict[int, tuple[float, float, float]] = {}  # seq -> (arrival, due, scheduled_at)
     keys: Counter[str] = Counter()
     malformed = 0
     for rec in records:
@@ -324,19 +331,22 @@ def delivery_figures(
         keys[rec.get("key") or f"no-key-{seq}-{rec['arrival_ms']}"] += 1
         arrival, scheduled = float(rec["arrival_ms"]), float(rec["scheduled_at_ms"])
         if seq not in first or arrival < first[seq][0]:
-            first[seq] = (arrival, scheduled)
-    lateness = sorted(arrival - scheduled for arrival, scheduled in first.values())
-    last_ms = max((a for a, _ in first.values()), default=first_due_ms)
+            due = scheduled if planned_due_ms is None else planned_due_ms(seq)
+            first[seq] = (arrival, due, scheduled)
+    lateness = sorted(arrival - due for arrival, due, _ in first.values())
+    vs_body = sorted(arrival - scheduled for arrival, _, scheduled in first.values())
+    last_ms = max((a for a, _, _ in first.values()), default=first_due_ms)
     span_s = max(0.001, (last_ms - first_due_ms) / 1000)
     return {
         "lateness_ms": _percentiles(lateness),
+        "lateness_vs_scheduled_at_ms": _percentiles(vs_body),
         "arrived": len(first),
         "lost": len(wanted) - len(first),
         "duplicates": sum(n - 1 for n in keys.values() if n > 1),
         "deliveries": len(records),
         "malformed_deliveries": malformed,
         "throughput_jobs_per_s": round(len(first) / span_s, 1),
-        "_series": sorted((s, a - s) for a, s in first.values()),
+        "_series": sorted((d, a - d) for a, d, _ in first.values()),
     }
 
 
