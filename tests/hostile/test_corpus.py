@@ -124,7 +124,7 @@ schedules = st.one_of(
     ),
 )
 OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
-    "job_id": texts | st.just(str(uuid.UUID(int=0))) | json_values,
+    "job_id": texts | st.just("00000000-0000-0000-0000-000000000000") | json_values,
     "name": texts | json_values,
     "schedule": schedules,
     "target": targets,
@@ -175,14 +175,20 @@ def job_bodies(draw: st.DrawFn) -> dict[str, Any]:
     return body
 
 
+NIL = str(uuid.UUID(int=0))
+
+
 def traceable_id(body: dict[str, Any]) -> str | None:
+    """The body's own job id, when a refusal can be traced by it: each body has a fresh one,
+    except the nil UUID, which several bodies share (one may be created, another refused)."""
     raw = body.get("job_id")
     if not isinstance(raw, str):
         return None
     try:
-        return str(uuid.UUID(raw))
+        job_id = str(uuid.UUID(raw))
     except ValueError:
         return None
+    return None if job_id == NIL else job_id
 
 
 # --- REST ----------------------------------------------------------------------------------
