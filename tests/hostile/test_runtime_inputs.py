@@ -137,6 +137,11 @@ def test_forbidden_python_refs_never_run(stack: HostileStack, ref: str) -> None:
         execution = stack.wait_finished_execution(sdk_body["job_id"])
         assert error_of(execution)["reason"] == "unknown_target", execution
     stack.assert_up()
+    # what importing or calling them prints (the workers' stdout is their log): "this" is not
+    # callable, so only its import would show that it was not refused before importing
+    log = stack.roles["worker"].log()
+    assert "Beautiful is better than ugly" not in log, "the worker imported 'this'"
+    assert "ExecutionContext(" not in log, "the worker called builtins:print"
 
 
 def test_raw_execution_request_with_forbidden_ref(stack: HostileStack) -> None:
