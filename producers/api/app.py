@@ -26,7 +26,7 @@ from duetime.core.config import Env
 from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
 
-from . import dags, dlq, docs, errors, jobs, metrics, openapi, stats, ui
+from . import dags, dlq, docs, errors, jobs, metrics, openapi, stats, store, ui
 from .deps import Res, Resources, no_unknown_query, require_token
 from .guard import Guard
 from .schemas import ErrorBody, Health
@@ -49,6 +49,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             max_size=settings.pool_size,
             kwargs={"autocommit": True, "connect_timeout": 5},
             timeout=settings.db_timeout_s,  # waiting for a connection: then 503
+            configure=store.configure,  # JSON too deep to decode safely is not decoded
             open=False,
         )
         await pool.open(wait=False)

@@ -16,9 +16,16 @@ from typing import Any
 from duetime.core.redact import redact_headers, redact_text, redact_url
 
 from .jsondepth import nesting_depth
+from .store import MAX_DECODED_DEPTH, TooDeep
 
-MAX_SHOWN_DEPTH = 64
+MAX_SHOWN_DEPTH = MAX_DECODED_DEPTH
 """Payloads nested deeper than this are not shown (the answer's encoders recurse per level)."""
+
+
+def _decoded(value: Any, instead: Any) -> Any:
+    """A JSON column's value, or ``instead`` where it was too deep to decode."""
+    return instead if isinstance(value, TooDeep) else value
+
 
 _HIDDEN_ATTEMPT_KEYS = ("due_at_ms", "queued_at_ms", "started_at_ms", "result")
 
@@ -74,18 +81,18 @@ def execution_out(e: Mapping[str, Any]) -> dict[str, Any]:
         "started_at": e["started_at"],
         "finished_at": e["finished_at"],
         "worker_id": e["worker_id"],
-        "error": redact_deep(e["error"]),
+        "error": redact_deep(_decoded(e["error"], {"omitted": "nested too deep to show"})),
         "lateness_ms": e["lateness_ms"],
         "dag_id": _s(e["dag_id"]),
         "dag_run_id": e["dag_run_id"],
-        "attempts": [attempt_out(a) for a in e["attempts"] or []],
+        "attempts": [attempt_out(a) for a in _decoded(e["attempts"], []) or []],
     }
 
 
 def job_out(row: Mapping[str, Any]) -> dict[str, Any]:
-    last = row.get("last_execution")
+    last = _decoded(row.get("last_execution"), None)
     payload, omitted = row["payload"], None
-    if nesting_depth(payload) > MAX_SHOWN_DEPTH:
+    if isinstance(payload, TooDeep) or nesting_depth(payload) > MAX_SHOWN_DEPTH:
         payload = None
         omitted = f"the payload nests deeper than {MAX_SHOWN_DEPTH} levels and is not shown"
     out = {
@@ -140,7 +147,7 @@ def dead_letter_out(row: Mapping[str, Any]) -> dict[str, Any]:
         "name": row["name"],
         "dead_at": row["dead_at"],
         "attempts": row["attempts"],
-        "errors": redact_deep(row["errors"]),
+        "errors": redact_deep(_decoded(row["errors"], [])),
         "dag_run_id": row["dag_run_id"],
         "replayed_at": row["replayed_at"],
     }

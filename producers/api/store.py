@@ -19,11 +19,43 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from duetime.core.jobspec import schedule_to_api
 from duetime.core.projection import JOB_COLUMNS, job_row
 
+from .jsondepth import exceeds_depth
+
 Row = dict[str, Any]
+
+
+class TooDeep:
+    """What a stored JSON value nested deeper than ``MAX_DECODED_DEPTH`` decodes to: such a
+    value (written before the API limited nesting, or by an older SDK) would break the
+    decoder and every encoder after it, so it is not decoded at all (see ``convert``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "TOO_DEEP"
+
+
+TOO_DEEP = TooDeep()
+MAX_DECODED_DEPTH = 64
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """The API connections' json/jsonb decoder: depth-checked on the bytes first."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if exceeds_depth(raw, MAX_DECODED_DEPTH):
+        return TOO_DEEP
+    return json.loads(raw)
+
+
+async def configure(conn: AsyncConnection[Any]) -> None:
+    """Every pooled connection decodes JSON with ``json_loads``."""
+    set_json_loads(json_loads, conn)
+
 
 _TERMINAL = frozenset({"success", "dead", "skipped", "cancelled"})
 
