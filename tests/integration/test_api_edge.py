@@ -120,8 +120,8 @@ def test_cross_site_writes_and_foreign_hosts_are_refused_and_write_nothing(
                 ("GET", "/ui/"),
                 ("GET", "/metrics"),
             ):
-                kwargs: dict[str, Any] = {"json": job_body()} if method == "POST" else {}
-                r = c.request(method, path, headers={"Host": host}, **kwargs)
+                extra: dict[str, Any] = {"json": job_body()} if method == "POST" else {}
+                r = c.request(method, path, headers={"Host": host}, **extra)
                 error = assert_error(r, 421, "misdirected_request")
                 assert error["details"]["header"] == "Host"
                 assert "DUETIME_API_ALLOWED_HOSTS" in error["message"]
