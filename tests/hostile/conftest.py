@@ -234,6 +234,8 @@ class HostileStack:
     roles: dict[str, Role]
     pids: dict[str, int]
     keys: KeyLog
+    env: dict[str, str]
+    """The roles' environment (to start one more of a role)."""
     refused_jobs: set[str] = field(default_factory=set)
     """Job ids of every refused create: none may exist anywhere at the end."""
     refused_dags: set[str] = field(default_factory=set)
@@ -415,6 +417,7 @@ def stack(
         roles=roles,
         pids=pids,
         keys=keys,
+        env=env,
     )
     try:
 

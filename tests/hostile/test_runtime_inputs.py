@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 
 from duetime.core.errors import ValidationError
 from duetime.schemas.codec import Codec
+from tests.e2e.procs import Role
 from tests.helpers import TopicReader, wait_for
 from tests.hostile.conftest import PAST, HostileStack, assert_refused
 
@@ -92,6 +93,44 @@ def test_raw_job_with_dag_label_does_not_stop_the_scheduler(
 
     wait_for(handled, 60, "the scheduler to park the record or mark the job failed", 1.0)
     stack.assert_up()
+
+
+def test_restores_over_bad_records_keep_schedulers_up(stack: HostileStack) -> None:
+    """The finding's scheduler exited again at every restore of the partition. A bad record
+    on every partition, then a second scheduler joins (it restores what it is given) and
+    leaves (the first restores what comes back): both stay up, plain jobs fire throughout."""
+    partitions: set[int] = set()
+    for _ in range(100):
+        if len(partitions) == stack.settings.partitions:
+            break
+        definition = stack.sdk.build(job(stack, name="raw-dag-label-restore"))
+        definition["labels"] = {"duetime.dag": str(uuid.uuid4())}
+        encoded = Codec().encode("job", definition)
+        partitions.add(produce(stack, stack.topics.jobs, definition["job_id"], encoded)[0])
+    assert len(partitions) == stack.settings.partitions, "a bad record on every partition"
+    first = stack.roles["scheduler"]
+    owned_before = first.log().count("owning partition")
+    extra = Role.start(f"{first.name}-extra", ["scheduler"], stack.env)
+    try:
+
+        def restored() -> bool:
+            stack.assert_up()
+            assert extra.process.poll() is None, f"the joining scheduler exited:\n{extra.log()}"
+            return "owning partition" in extra.log()
+
+        wait_for(restored, 90, "the joining scheduler to restore a partition", 0.2)
+        stack.plain_jobs_fire(count=stack.settings.partitions)
+        assert extra.process.poll() is None, f"the joining scheduler exited:\n{extra.log()}"
+    finally:
+        code = extra.stop(30)
+    assert code == 0, f"the joining scheduler ended with {code}:\n{extra.log()[-3000:]}"
+
+    def came_back() -> bool:
+        stack.assert_up()
+        return first.log().count("owning partition") > owned_before
+
+    wait_for(came_back, 90, "the first scheduler to restore the partitions that came back", 0.2)
+    stack.plain_jobs_fire(count=stack.settings.partitions)
 
 
 # --- finding 2: Python refs that must never run ------------------------------------------
