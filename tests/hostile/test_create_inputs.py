@@ -205,6 +205,8 @@ def test_dag_member_cannot_take_over_an_existing_job(stack: HostileStack) -> Non
     before = stack.get_json(f"/v1/jobs/{existing['job_id']}")
     stack.keys.catch_up()
     records_before = stack.keys.count(stack.topics.jobs, existing["job_id"])
+    # the reader sees what is written (so its "nothing written" elsewhere means something)
+    assert records_before >= 1, "the key reader did not see the existing job's record"
     dag_id = str(uuid.uuid4())
     resp = stack.api.post(
         "/v1/dags",
