@@ -1,12 +1,18 @@
-"""Property-based run of schemathesis against the live API's /openapi.json: no 5xx, every
-status documented, every answer matching its documented schema (valid and invalid inputs)."""
+"""Property-based runs against the live API's /openapi.json: schemathesis per operation and
+stateful (following the document's links: create a job, read it, pause it, ...), and hostile
+bodies and query values of our own (deep nesting, NUL and control characters): no 5xx,
+every status documented, every answer matching its documented schema."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import httpx
 import schemathesis
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -67,5 +73,150 @@ def test_no_5xx_and_every_answer_matches_the_published_schema(settings: CommonSe
         metrics = httpx.get(f"{api.url}/metrics").text
         for route, status in (("/v1/jobs", "201"), ("/v1/jobs", "422"), ("/v1/jobs", "400")):
             assert f'method="POST",route="{route}",status="{status}"' in metrics, status
+    finally:
+        api.stop()
+
+
+STATEFUL_SCENARIOS = 40
+
+
+def test_stateful_runs_along_the_links_find_no_5xx(settings: CommonSettings) -> None:
+    api = RunningApi(settings, max_payload_bytes=4096, tokens=(TOKEN,))
+    try:
+        schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
+        calls: list[tuple[str, int]] = []
+
+        class Machine(schema.as_state_machine()):  # type: ignore[misc]  # a generated class
+            def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+                # the token on every call: the scenarios are about what follows a create
+                return {"base_url": api.url, "headers": {"Authorization": f"Bearer {TOKEN}"}}
+
+            def after_call(self, response: Any, case: schemathesis.Case) -> None:
+                calls.append((f"{case.method} {case.path}", response.status_code))
+
+            def validate_response(  # type: ignore[override]  # narrower on purpose
+                self, response: Any, case: schemathesis.Case, **kwargs: Any
+            ) -> None:
+                assert response.status_code < 500, (case.method, case.path, response.text)
+                case.validate_response(response, excluded_checks=[positive_data_acceptance])
+
+        Machine.run(
+            settings=hsettings(
+                max_examples=STATEFUL_SCENARIOS,
+                stateful_step_count=6,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
+        )
+        # the links were followed: a job created over REST was then read by its id
+        assert ("POST /v1/jobs", 201) in calls, calls[:20]
+        assert any(c == ("GET /v1/jobs/{job_id}", 200) for c in calls), sorted(set(calls))
+    finally:
+        api.stop()
+
+
+_HOSTILE_TEXT = st.text(
+    alphabet=st.sampled_from(["\x00", "\x1b", "\n", "\ud800", "a", "[", "{", '"', "\\", "\u202e"]),
+    max_size=6,
+)
+
+
+def _nested(value: Any, depth: int, kind: str) -> Any:
+    for _ in range(depth):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+@st.composite
+def hostile_bodies(draw: st.DrawFn) -> tuple[str, bytes]:
+    path = draw(
+        st.sampled_from(["/v1/jobs", "/v1/dags", "/v1/dlq/replay", "/v1/dlq/replay-progress"])
+    )
+    leaf = draw(st.one_of(_HOSTILE_TEXT, st.integers(), st.just(10**400), st.none()))
+    depth = draw(st.sampled_from([0, 1, 5, 62, 63, 64, 65, 100, 500, 950]))
+    kind = draw(st.sampled_from(["list", "dict"]))
+    job = {
+        "name": draw(_HOSTILE_TEXT | st.just("ok")),
+        "target": {
+            "type": "http",
+            "url": draw(
+                st.sampled_from(
+                    ["http://127.0.0.1:9/h", "http://u:p@127.0.0.1:9/h?\x00", "http://\x00/"]
+                )
+            ),
+        },
+        "payload": _nested(leaf, depth, kind),
+        "schedule": draw(
+            st.sampled_from(
+                [
+                    None,
+                    {"at": "9999-12-31T23:30:00-01:00"},
+                    {"at": "0001-01-01T00:30:00+01:00"},
+                    {"cron": "0 2 * * *", "timezone": "\x00"},
+                ]
+            )
+        ),
+    }
+    body: Any = {
+        "/v1/jobs": job,
+        "/v1/dags": {"name": job["name"], "jobs": [{"key": "a", **job, "schedule": None}]},
+        "/v1/dlq/replay": {"name": leaf if isinstance(leaf, str) else job["name"]},
+        "/v1/dlq/replay-progress": {"execution_ids": _nested(leaf, depth, kind)},
+    }[path]
+    return path, json.dumps(body).encode()
+
+
+def test_hostile_bodies_and_query_values_find_no_5xx(settings: CommonSettings) -> None:
+    api = RunningApi(settings, max_payload_bytes=4096)
+    try:
+        with httpx.Client(base_url=api.url, timeout=30) as c:
+
+            @given(hostile_bodies())
+            @hsettings(
+                max_examples=150,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
+            def bodies(case: tuple[str, bytes]) -> None:
+                path, raw = case
+                r = c.post(path, content=raw, headers={"Content-Type": "application/json"})
+                assert r.status_code < 500, (path, raw[:200], r.text)
+                if r.status_code >= 400:
+                    assert set(r.json()["error"]) == {"code", "message", "details"}
+
+            @given(
+                st.sampled_from(
+                    [
+                        ("/v1/jobs", "name"),
+                        ("/v1/jobs", "name_contains"),
+                        ("/v1/jobs", "cursor"),
+                        ("/v1/jobs", "status"),
+                        ("/v1/dlq", "name"),
+                        ("/v1/dlq", "job_id"),
+                        ("/v1/dlq", "cursor"),
+                        ("/v1/dags", "name_contains"),
+                        ("/v1/stats/lag", "group"),
+                    ]
+                ),
+                st.text(max_size=20),
+            )
+            @hsettings(
+                max_examples=150,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
+            def queries(where: tuple[str, str], value: str) -> None:
+                path, param = where
+                r = c.get(path, params={param: value})
+                assert r.status_code < 500, (path, param, value, r.text)
+
+            bodies()
+            queries()
     finally:
         api.stop()
