@@ -1,6 +1,8 @@
 // DOM helpers. Everything the dashboard shows is built here with createElement and
 // textContent: user data (job names, payloads, error messages) is never parsed as HTML.
 
+import { redactText } from "./redact.js";
+
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 function append(el, children) {
@@ -98,10 +100,10 @@ export function jsonBlock(value) {
 export function errorText(error) {
   if (!error) return "";
   if (typeof error === "string") {
-    try { return errorText(JSON.parse(error)); } catch { return error; }
+    try { return errorText(JSON.parse(error)); } catch { return redactText(error); }
   }
   const status = error.http_status ? ` (HTTP ${error.http_status})` : "";
-  return `${error.type || "error"}: ${error.message || ""}${status}`;
+  return redactText(`${error.type || "error"}: ${error.message || ""}${status}`);
 }
 
 /** A <details> that stays open across re-renders while its id is in openIds. */

@@ -6,6 +6,7 @@ import {
   clear, confirmDialog, durationMs, errorText, fmtAgo, fmtMs, fmtTime, h, jsonBlock, keptOpen,
   schedule, statusBadge, toast,
 } from "../dom.js";
+import { redactTarget } from "../redact.js";
 
 const EXEC_PAGE = 25;
 // which commands make sense from a status (the API refuses the rest with 409)
@@ -104,7 +105,7 @@ function drawDefinition(card, job) {
     h("dl", { class: "kv" },
       field("job id", h("code", {}, job.job_id)),
       field("schedule", schedule(job.schedule)),
-      field("target", jsonBlock(job.target)),
+      field("target", jsonBlock(redactTarget(job.target))),
       field("retry", `${job.retry.max_retries} retries, ${job.retry.base_delay_s} s base, `
         + `${job.retry.max_delay_s} s cap${job.retry.jitter ? ", jitter" : ""}`),
       field("timeout", `${job.timeout_s} s`),
@@ -116,8 +117,9 @@ function drawDefinition(card, job) {
       field("updated", fmtTime(job.updated_at)),
     ),
     h("h3", {}, "Payload"),
-    job.payload === null || job.payload === undefined ? h("p", { class: "muted" }, "none")
-      : jsonBlock(job.payload),
+    job.payload_omitted ? h("p", { class: "muted" }, job.payload_omitted)
+      : job.payload === null || job.payload === undefined ? h("p", { class: "muted" }, "none")
+        : jsonBlock(job.payload),
   );
 }
 
