@@ -15,10 +15,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from duetime.consumers.worker import metrics
 from duetime.consumers.worker.policy import EgressPolicy
 from duetime.consumers.worker.results import known_reasons
 from duetime.core.config import CommonSettings
@@ -27,9 +29,10 @@ from duetime.infra.topics import create_topics
 from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
 from duetime.schemas.codec import Codec
+from tests.e2e.procs import Role, role_env
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration import test_worker_support as support
-from tests.integration.test_worker import final, worker_settings
+from tests.integration.test_worker import committed, consumed_ends, final, worker_settings
 from tests.integration.test_worker_support import RunningWorker, Sink
 
 MOD = "tests.integration.test_worker_support"
@@ -418,3 +421,59 @@ def test_requests_our_checks_refuse_are_parked_and_the_worker_goes_on(
         still_serving(worker, requests, results)
     finally:
         poison.close()
+
+
+def test_a_request_postgresql_refuses_is_parked_alone_and_its_batch_neighbours_run(
+    settings: CommonSettings, worker: RunningWorker, requests: Requests, results: TopicReader
+) -> None:
+    """Stands in for any record our code or the database cannot take: a CHECK constraint
+    makes PostgreSQL refuse one execution's lease. Before, the whole claim batch failed and
+    the offsets of every request in it stayed uncommitted until the next rebalance."""
+    cursed = str(uuid.uuid4())
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(
+            f"ALTER TABLE leases ADD CONSTRAINT cursed CHECK (execution_id <> '{cursed}')"
+        )
+    parked_before = metrics.HANDLING_ERRORS.labels(stage="execute")._value.get()
+    poison = TopicReader(settings, [Topics(settings.topic_prefix).poison], None)
+    try:
+        plain = [requests.send(python(f"{MOD}:record"), i) for i in range(5)]
+        requests.send(python(f"{MOD}:record"), "cursed", execution_id=cursed)
+        plain += [requests.send(python(f"{MOD}:record"), i) for i in range(5, 10)]
+        for job_id in plain:
+            assert outcome(results, job_id)["status"] == "success"
+        [parked] = wait_for(lambda: list(poison.raw), 20, "the refused request, parked")
+        assert b"CheckViolation" in dict(parked.headers())["duetime-error"]
+        assert metrics.HANDLING_ERRORS.labels(stage="execute")._value.get() == parked_before + 1
+        topic = Topics(settings.topic_prefix).execution("normal")
+        wait_for(
+            lambda: committed(settings, topic) == consumed_ends(settings, topic),
+            15,
+            "every offset committed, the parked one included",
+        )
+        still_serving(worker, requests, results)
+    finally:
+        poison.close()
+
+
+def test_the_worker_process_outlives_tasks_that_exit(
+    settings: CommonSettings, requests: Requests, results: TopicReader
+) -> None:
+    """As a real process (``duetime worker``): sys:exit and SystemExit/KeyboardInterrupt
+    raised by tasks do not end it."""
+    role = Role.start("hostile-worker", ["worker"], role_env(settings))
+    try:
+        wait_for(lambda: "assigned" in role.log(), 60, "the worker's assignment")
+        for target in (
+            python("sys:exit"),
+            python(f"{MOD}:exits"),
+            python(f"{MOD}:exits_async"),
+            python(f"{MOD}:interrupts"),
+        ):
+            result = outcome(results, requests.send(target))
+            assert result["status"] == "failure" and result["error"]["retryable"] is False
+            assert role.process.poll() is None, role.log()[-3000:]
+        result = outcome(results, requests.send(python(f"{MOD}:record"), "plain"))
+        assert result["status"] == "success" and role.process.poll() is None
+    finally:
+        role.stop()
