@@ -24,7 +24,7 @@ from duetime.producers.sdk import JobClient
 
 from .errors import Unauthorized, UnsupportedMediaType
 from .guard import json_media_type, unsupported_media_type
-from .jsondepth import exceeds_depth
+from .jsondepth import deep_field, exceeds_depth, string_path
 from .pagination import BadRequest
 from .settings import ApiSettings
 from .writer import Writer
@@ -151,14 +151,28 @@ async def read_json(request: Request, settings: ApiSettings) -> Any:
     else:
         body = _parse(raw, settings.max_json_depth)
     lowered = raw.lower()
-    if b"\\u0000" in lowered:
-        raise ValidationError("strings may not contain NUL (\\u0000)", field="")
+    if b"\\u0000" in lowered:  # PostgreSQL cannot hold NUL in text or jsonb
+        where = string_path(body, lambda text: "\x00" in text) or ""
+        raise ValidationError(
+            f"{escape_control(where) or 'a string'}: strings may not contain NUL (\\u0000)",
+            field=where,
+        )
     if b"\\ud" in lowered:  # a lone surrogate cannot be stored as UTF-8
-        try:
-            json.dumps(body, ensure_ascii=False).encode()
-        except UnicodeEncodeError:
-            raise BadRequest("malformed JSON: unpaired surrogate in a string") from None
+        where = string_path(body, _unpaired_surrogate)
+        if where is not None:
+            raise BadRequest(
+                f"malformed JSON: unpaired surrogate in a string ({escape_control(where)})",
+                details={"field": where},
+            )
     return body
+
+
+def _unpaired_surrogate(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 _INLINE_BYTES = 64 * 1024
@@ -166,9 +180,11 @@ _INLINE_BYTES = 64 * 1024
 
 def _parse(raw: bytes, max_depth: int) -> Any:
     if exceeds_depth(raw, max_depth):
+        where = deep_field(raw, max_depth)
         raise BadRequest(
-            f"the JSON body nests deeper than {max_depth} levels (DUETIME_API_MAX_JSON_DEPTH)",
-            details={"field": "", "max_depth": max_depth},
+            f"{escape_control(where) or 'the JSON body'} nests deeper than {max_depth} levels "
+            "(DUETIME_API_MAX_JSON_DEPTH)",
+            details={"field": where, "max_depth": max_depth},
         )
     try:
         return json.loads(raw, parse_float=_finite, parse_constant=_no_constants)

@@ -14,7 +14,10 @@ below costs a few passes of C-speed byte operations, whatever the body holds:
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 _STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = bytes.maketrans(b"[]{}", b"()()")
@@ -36,6 +39,72 @@ def exceeds_depth(raw: bytes, limit: int) -> bool:
             return False  # unbalanced: not JSON; the parser says so
         brackets = shorter
     return b"()" in brackets
+
+
+_TOKEN_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"\s*(:)?|[\[\]{},]', re.DOTALL)
+
+
+def deep_field(raw: bytes, limit: int) -> str:
+    """Where a body first nests deeper than ``limit``, as the field a user wrote: the
+    top-level key (``payload``), or for a list of objects under it the member's key
+    (``jobs[1].payload``); '' when it cannot be told. Only called on a refused body: it walks
+    the strings, brackets and commas in Python, stopping at the first level too deep."""
+    # per open container: [kind, the key or index it sits under, elements seen (arrays)]
+    stack: list[list[Any]] = []
+    key: str = ""
+    for match in _TOKEN_RE.finditer(raw):
+        token = match.group(0)
+        if token in (b"[", b"{"):
+            if not stack:
+                under: str | int | None = None
+            elif stack[-1][0] == b"{":
+                under = key
+            else:
+                under = stack[-1][2]
+            stack.append([token, under, 0])
+            if len(stack) > limit:
+                return _field_name([frame[1] for frame in stack[1:]])
+        elif token in (b"]", b"}"):
+            if stack:
+                stack.pop()
+        elif token == b",":
+            if stack and stack[-1][0] == b"[":
+                stack[-1][2] += 1
+        elif match.group(1):  # an object's key
+            try:
+                key = str(json.loads(token[: token.rindex(b'"') + 1]))
+            except ValueError:
+                return ""
+    return ""
+
+
+def _field_name(path: list[Any]) -> str:
+    if not path or not isinstance(path[0], str):
+        return ""
+    name = path[0]
+    if len(path) >= 3 and isinstance(path[1], int) and isinstance(path[2], str):
+        return f"{name}[{path[1]}].{path[2]}"
+    return name
+
+
+def string_path(value: object, bad: Callable[[str], bool]) -> str | None:
+    """The path (``labels.k``, ``jobs[0].name``) of the first string (value or key) inside a
+    decoded JSON value for which ``bad`` holds; None if there is none. Iterative."""
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if bad(item):
+                return where
+        elif isinstance(item, dict):
+            for k, v in reversed(list(item.items())):
+                inner = f"{where}.{k}" if where else str(k)
+                if bad(str(k)):
+                    return inner
+                stack.append((v, inner))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def nesting_depth(value: object) -> int:

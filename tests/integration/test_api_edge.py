@@ -257,21 +257,25 @@ def test_deep_bodies_are_refused_before_parsing_and_deep_stored_payloads_still_r
         for depth in (64, 500, 950, 5000, 1_000_000):
             r = c.post("/v1/jobs", content=body_with_payload(nested(depth)), headers=JSON)
             error = assert_error(r, 400, "bad_request")
-            assert error["details"]["max_depth"] == 64, error
+            assert error["details"] == {"field": "payload", "max_depth": 64}, error
             assert "DUETIME_API_MAX_JSON_DEPTH" in error["message"]
         deep_object = b'{"a":' * 100 + b"1" + b"}" * 100
         deep_dag = (
             b'{"name": "d", "jobs": [{"key": "a", "name": "a", "target": {"type": "http", '
             b'"url": "http://127.0.0.1:9/h"}, "payload": ' + deep_object + b"}]}"
         )
-        for path, content in (
-            ("/v1/jobs", body_with_payload(deep_object)),
-            ("/v1/dags", deep_dag),
-            ("/v1/dlq/replay", b'{"name": ' + nested(100) + b"}"),
-            ("/v1/dlq/replay-progress", b'{"execution_ids": ' + nested(100) + b"}"),
+        for path, content, field in (
+            ("/v1/jobs", body_with_payload(deep_object), "payload"),
+            ("/v1/dags", deep_dag, "jobs[0].payload"),
+            ("/v1/dlq/replay", b'{"name": ' + nested(100) + b"}", "name"),
+            (
+                "/v1/dlq/replay-progress",
+                b'{"execution_ids": ' + nested(100) + b"}",
+                "execution_ids",
+            ),
         ):
             error = assert_error(c.post(path, content=content, headers=JSON), 400, "bad_request")
-            assert error["details"]["max_depth"] == 64, path
+            assert error["details"] == {"field": field, "max_depth": 64}, path
         unchanged.check()
         # 62 levels of payload inside the body's object: 63 in all, under the limit
         ok = c.post("/v1/jobs", content=body_with_payload(nested(62)), headers=JSON)
@@ -378,8 +382,18 @@ def test_out_of_range_numbers_times_and_nul_are_4xx_naming_the_parameter(
             # a filter bound far out is a filter that matches nothing, not an error
             r = c.post("/v1/dlq/replay", json={"since": at, "until": at})
             assert r.status_code == 202 and r.json()["replayed"] == 0, r.text
-        assert_error(c.post("/v1/jobs", json=job_body(name="a\u0000b")), 422)
-        assert_error(c.post("/v1/dlq/replay", json={"name": "a\u0000b"}), 422)
+        for body, field in (
+            (job_body(name="a\u0000b"), "name"),
+            (job_body(labels={"k": "v\u0000"}), "labels.k"),
+            (job_body(target={**TARGET, "headers": {"X-\u0000": "v"}}), "target.headers.X-\u0000"),
+        ):
+            assert assert_error(c.post("/v1/jobs", json=body), 422)["details"]["field"] == field
+        dag = {"name": "d", "jobs": [{"key": "a", "name": "a\u0000", "target": TARGET}]}
+        assert assert_error(c.post("/v1/dags", json=dag), 422)["details"]["field"] == "jobs[0].name"
+        replay = c.post("/v1/dlq/replay", json={"name": "a\u0000b"})
+        assert assert_error(replay, 422)["details"]["field"] == "name"
+        surrogate = c.post("/v1/jobs", content=b'{"name": "\\ud800x"}', headers=JSON)
+        assert assert_error(surrogate, 400)["details"]["field"] == "name"
         # query parameters: NUL and other control characters, named
         for path, param in (
             ("/v1/jobs", "name_contains"),

@@ -19,7 +19,7 @@ from duetime.producers.api.convert import (
     job_out,
 )
 from duetime.producers.api.guard import HostRules, json_media_type
-from duetime.producers.api.jsondepth import exceeds_depth, nesting_depth
+from duetime.producers.api.jsondepth import deep_field, exceeds_depth, nesting_depth, string_path
 from duetime.producers.api.settings import ApiSettings, is_loopback
 
 json_values = st.recursive(
@@ -187,7 +187,7 @@ def test_edge_variables_are_validated_naming_themselves() -> None:
 
 
 def _job_row(**over: Any) -> dict[str, Any]:
-    row = {
+    row: dict[str, Any] = {
         "job_id": "6f9f3c1e-5d1b-4c1e-9a63-6a0d7e1f2b10",
         "name": "n",
         "status": "pending",
@@ -285,3 +285,34 @@ def test_a_payload_too_deep_to_render_is_left_out_with_a_note() -> None:
     out = job_out(_job_row(payload=deep))
     assert out["payload"] is None and str(MAX_SHOWN_DEPTH) in out["payload_omitted"]
     assert "payload_omitted" not in job_out(_job_row())
+
+
+def _nest(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"name": "x", "target": {"a": 1}, "payload": ' + _nest(100) + "}", "payload"),
+        ('{"jobs": [{"payload": [1, ","]}, {"key": "b", "payload": ' + _nest(99) + "}]}",
+         "jobs[1].payload"),
+        ('{"execution_ids": ' + _nest(100) + "}", "execution_ids"),
+        ('{"a\\"b": ' + _nest(100) + "}", 'a"b'),
+        ('{"payload": [1, "x,]", ' + _nest(100) + "]}", "payload"),
+        (_nest(100), ""),
+        ('{"payload": ' + _nest(10) + "}", ""),
+    ],
+)  # fmt: skip
+def test_the_deep_field_is_named(raw: str, field: str) -> None:
+    assert deep_field(raw.encode(), 64) == field
+
+
+def test_the_first_bad_string_is_named_by_its_path() -> None:
+    def nul(text: str) -> bool:
+        return "\x00" in text
+
+    assert string_path({"name": "a", "labels": {"k": "v\x00"}}, nul) == "labels.k"
+    assert string_path({"jobs": [{"name": "a"}, {"name": "\x00"}]}, nul) == "jobs[1].name"
+    assert string_path({"x\x00": 1}, nul) == "x\x00"
+    assert string_path({"a": ["ok", 1, None]}, nul) is None
