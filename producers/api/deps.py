@@ -158,11 +158,11 @@ async def read_json(request: Request, settings: ApiSettings) -> Any:
             field=where,
         )
     if b"\\ud" in lowered:  # a lone surrogate cannot be stored as UTF-8
-        where = string_path(body, _unpaired_surrogate)
-        if where is not None:
+        surrogate = string_path(body, _unpaired_surrogate)
+        if surrogate is not None:
             raise BadRequest(
-                f"malformed JSON: unpaired surrogate in a string ({escape_control(where)})",
-                details={"field": where},
+                f"malformed JSON: unpaired surrogate in a string ({escape_control(surrogate)})",
+                details={"field": surrogate},
             )
     return body
 
