@@ -9,6 +9,7 @@ import httpx
 
 from duetime.core.config import Env
 from duetime.core.errors import DuetimeError
+from duetime.core.redact import escape_control
 
 
 class ApiCallError(DuetimeError):
@@ -67,6 +68,7 @@ class Api:
                 message = f"{error.get('code')}: {error.get('message')}{where}"
             else:
                 message = f"HTTP {r.status_code}: {r.text[:200]}"
+            message = escape_control(message)  # printed on a terminal: no escapes get through
             raise ApiCallError(message, status=r.status_code, body=body)
         return body
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from duetime.core.redact import escape_control
+
 MAX_CELL = 48
+# C1 controls (some terminals read U+009B as CSI) and bidi overrides (text shown reversed)
+_C1_AND_BIDI = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
 
 
 def as_json(value: Any, out: TextIO | None = None) -> None:
@@ -22,7 +27,9 @@ def cell(value: Any) -> str:
     if isinstance(value, dict | list):
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     else:
-        text = str(value)
+        # user data (a job's name, an error text) may hold terminal escapes or newlines:
+        # shown escaped, a cell stays one cell and cannot repaint or retitle the terminal
+        text = _C1_AND_BIDI.sub(lambda m: f"\\u{ord(m.group(0)):04x}", escape_control(str(value)))
     if isinstance(value, str) and len(text) >= 20 and text[4:5] == "-" and "T" in text:
         try:  # timestamps: shorter, still exact to the millisecond
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
