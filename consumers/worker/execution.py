@@ -36,13 +36,13 @@ from confluent_kafka import KafkaException, Message
 from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority
 from duetime.core.poison import poison_headers, poison_value
-from duetime.core.redact import redact_text
+from duetime.core.redact import escape_control, redact_text
 from duetime.schemas.codec import Codec
 
 from . import metrics
 from .kafka_io import TP, AsyncProducer
 from .leases import Claim, DatabaseUnavailable, LeaseStore
-from .results import Outcome, result_record, timed_out
+from .results import Outcome, redacted_traceback, result_record, timed_out
 from .targets import Targets
 
 log = logging.getLogger("duetime.worker")
@@ -242,8 +242,9 @@ class Executor:
     async def _give_up(self, item: Item, exc: Exception) -> None:
         """Handling ``item`` raised: log, count, release its lease, park the request."""
         metrics.HANDLING_ERRORS.labels(stage="execute").inc()
-        log.exception(
-            "handling an execution request failed; parking it on the poison topic",
+        log.error(
+            "handling an execution request failed; parking it on the poison topic: %s",
+            redacted_traceback(exc),
             extra=item.fields(),
         )
         token = item.token
@@ -361,7 +362,7 @@ class Executor:
                     "attempt failed (%s, %s): %s",
                     outcome.reason,
                     "will be retried by policy" if outcome.error["retryable"] else "permanent",
-                    outcome.error["message"],
+                    escape_control(outcome.error["message"]),  # redacted by failure()
                     extra=item.fields(),
                 )
         self._on_finished(item, delivered)

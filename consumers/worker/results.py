@@ -16,12 +16,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import traceback
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from duetime.core.errors import FailPermanently, PermanentError, RetryLater
-from duetime.core.redact import redact_text
+from duetime.core.redact import escape_control, redact_text
 from duetime.schemas.codec import load_named_types
 
 MAX_MESSAGE_CHARS = 2000
@@ -120,6 +121,13 @@ def _delay_s(value: object) -> float | None:
         return None
     seconds = float(value)
     return seconds if math.isfinite(seconds) and 0 <= seconds <= MAX_TIMEOUT_S else None
+
+
+def redacted_traceback(exc: BaseException) -> str:
+    """A traceback fit for a log: URLs and credentials in it redacted, control characters
+    escaped (an exception's text can hold what a job or a target wrote)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return escape_control(redact_text(text))
 
 
 def contained(exc: BaseException) -> Outcome:

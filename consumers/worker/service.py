@@ -60,7 +60,7 @@ from .http_target import HttpCaller, close_session, new_session
 from .kafka_io import TP, AsyncProducer, ConsumerThread
 from .leases import LeaseStore
 from .offsets import OffsetTracker
-from .results import check_request
+from .results import check_request, redacted_traceback
 from .settings import WorkerSettings
 from .targets import Targets
 
@@ -324,8 +324,9 @@ class Worker:
             return
         except Exception as exc:  # anything a hostile record makes our code raise: park it
             metrics.HANDLING_ERRORS.labels(stage="accept").inc()
-            log.exception(
-                "checking an execution request failed; parking it",
+            log.error(
+                "checking an execution request failed; parking it: %s",
+                redacted_traceback(exc),
                 extra={"topic": tp[0], "partition": tp[1], "offset": offset},
             )
             self.executor.park_poison(msg, tp, offset, f"{type(exc).__name__}: {exc}")

@@ -39,7 +39,6 @@ import json
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -47,13 +46,20 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from duetime.consumers.tasks import ExecutionContext, TaskRegistry, UnknownTarget, is_async
-from duetime.core.redact import escape_control, redact_text
+from duetime.core.redact import escape_control
 
 from . import metrics
 from .http_target import HttpCaller, request_body
 from .kafka_io import AsyncProducer
 from .policy import topic_refusal
-from .results import Outcome, contained, failure, from_exception, success
+from .results import (
+    Outcome,
+    contained,
+    failure,
+    from_exception,
+    redacted_traceback,
+    success,
+)
 
 log = logging.getLogger("duetime.worker.targets")
 
@@ -93,12 +99,6 @@ def context_of(request: dict[str, Any], worker_id: str) -> ExecutionContext:
         dag_run_id=request.get("dag_run_id"),
         dag_key=request.get("dag_key"),
     )
-
-
-def redacted_traceback(exc: BaseException) -> str:
-    """A traceback fit for a log: URLs and credentials in it redacted, one line."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return escape_control(redact_text(text))
 
 
 class Targets:
