@@ -59,6 +59,7 @@ class HostRules:
         self.any_host = "*" in hosts
         self.exact = frozenset(h for h in hosts if _has_port(h))
         self.any_port = frozenset(h for h in hosts if h != "*" and not _has_port(h))
+        self.exact_names = frozenset(_name(h) for h in self.exact)
         self.origins = frozenset(settings.allowed_origins)
         self.listed = ", ".join(hosts)
 
@@ -69,7 +70,9 @@ class HostRules:
         if not host:
             return False
         if not _has_port(host):
-            host += ":80"  # a browser leaves the default port out
+            # no port (a browser on port 80, an HTTP/1.0-minded tool): the name decides. A
+            # rebound page sends its own name; a foreign port's page sends its port
+            return host in self.any_port or host in self.exact_names
         return host in self.exact or _name(host) in self.any_port
 
     def origin_ok(self, origin: str) -> bool:

@@ -111,7 +111,7 @@ def test_cross_site_writes_and_foreign_hosts_are_refused_and_write_nothing(
         assert_error(r, 415, "unsupported_media_type")
         assert_error(c.post("/v1/jobs", content=raw), 415, "unsupported_media_type")
         # DNS rebinding: a foreign name pointed at 127.0.0.1 sends its own Host
-        for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "127.0.0.1"):
+        for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", "[::2]"):
             for method, path in (
                 ("GET", "/v1/jobs"),
                 ("GET", f"/v1/jobs/{existing}"),

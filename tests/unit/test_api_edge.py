@@ -98,8 +98,10 @@ def test_the_default_hosts_are_loopback_and_the_bind_host_with_the_port() -> Non
         "LOCALHOST:8080",
     ):
         assert rules.host_ok(host), host
-    for host in ("127.0.0.1:8081", "evil.example:8080", "evil.example", "127.0.0.1", "", "[::1]"):
+    for host in ("127.0.0.1:8081", "evil.example:8080", "evil.example", "", "127.0.0.1.nip.io"):
         assert not rules.host_ok(host), host
+    # a Host without a port (port 80, or a tool that leaves it out): the name decides
+    assert rules.host_ok("127.0.0.1") and rules.host_ok("[::1]") and rules.host_ok("localhost")
     # a wildcard bind address is no name a client uses
     assert _settings(host="0.0.0.0").hosts() == ("127.0.0.1:8080", "localhost:8080", "[::1]:8080")
     assert HostRules(_settings(port=80)).host_ok("localhost")  # default port left out
