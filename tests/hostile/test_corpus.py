@@ -15,10 +15,12 @@ shrinking against the live stack (a failure prints the example as drawn).
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -132,9 +134,10 @@ OVERRIDES: dict[str, st.SearchStrategy[Any]] = {
     "retry": json_values
     | st.dictionaries(
         st.sampled_from(["max_retries", "base_delay_s", "max_delay_s", "jitter", "x"]),
-        scalars,
+        st.sampled_from(HUGE_NUMBERS) | scalars,
         max_size=4,
     ),
+    "timeout_s": st.sampled_from(HUGE_NUMBERS) | scalars | json_values,
     "labels": json_values | st.dictionaries(texts, texts, max_size=3),
     "depends_on": json_values | st.lists(texts, max_size=3),
 }
@@ -225,6 +228,8 @@ PYTHON_ONLY = [
     (1, 2),
     {1: "int key"},
     {None: "none key"},
+    decimal.Decimal("1.5"),
+    datetime(2026, 1, 1, tzinfo=UTC),
 ]
 
 
@@ -232,12 +237,16 @@ PYTHON_ONLY = [
 @given(
     body=job_bodies(),
     python_value=st.none() | st.sampled_from(PYTHON_ONLY),
-    where=st.sampled_from(["payload", "timeout_s", "labels", "name", "schedule", "retry"]),
+    where=st.sampled_from(
+        ["payload", "payload", "in-payload", "timeout_s", "labels", "name", "schedule", "retry"]
+    ),
 )
 def test_sdk_raises_only_duetime_errors(
     stack: HostileStack, body: dict[str, Any], python_value: Any, where: str
 ) -> None:
-    if python_value is not None:
+    if python_value is not None and where == "in-payload":
+        body["payload"] = {"k": [python_value]}
+    elif python_value is not None:
         body[where] = python_value
     try:
         stack.sdk.create_job(body)

@@ -8,9 +8,11 @@ See README.md in this folder for the findings each test covers.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import threading
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -302,6 +304,19 @@ def test_every_job_still_reads_after_deep_payloads(stack: HostileStack) -> None:
     assert seen, "no job at all listed"
     for job_id in seen:
         stack.get_json(f"/v1/jobs/{job_id}")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{1, 2}, b"bytes", decimal.Decimal("1.5"), datetime(2026, 1, 1, tzinfo=UTC), object()],
+    ids=["set", "bytes", "decimal", "datetime", "object"],
+)
+def test_sdk_non_json_payload_refused(stack: HostileStack, payload: Any) -> None:
+    """A Python caller can hand the SDK what JSON cannot hold: a ValidationError naming the
+    payload, not json's TypeError (found by the corpus)."""
+    body = job(stack, payload=payload)
+    assert_sdk_refused(lambda: stack.sdk.create_job(body), "payload")
+    stack.assert_nothing_written({body["job_id"]})
 
 
 # --- finding 10: next_runs of a per-second cron ----------------------------------------------
