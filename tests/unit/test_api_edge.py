@@ -52,8 +52,8 @@ def test_deep_arrays_and_objects_are_caught_however_deep(depth: int, limit: int)
 
 def test_brackets_inside_strings_do_not_nest_and_malformed_input_is_left_to_the_parser() -> None:
     assert not exceeds_depth(json.dumps({"a": "[" * 1000 + '\\"{'}).encode(), 2)
-    assert not exceeds_depth(b"]" * 500, 3)  # unbalanced: json.loads reports it
-    assert not exceeds_depth(b"[" * 500, 3)  # unclosed: malformed, for the parser to refuse
+    assert not exceeds_depth(b"]" * 500, 3)  # no nesting at all: json.loads reports it
+    assert exceeds_depth(b"[" * 500, 3)  # unclosed but deep: refused as deep (a 400 either way)
 
 
 def test_nesting_depth_measures_any_depth_without_recursion() -> None:
