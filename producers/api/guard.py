@@ -129,9 +129,10 @@ class Guard:
                 f"{self.rules.listed} (DUETIME_API_ALLOWED_HOSTS)",
                 {"header": "Host", "variable": "DUETIME_API_ALLOWED_HOSTS"},
             )
-        if scope["method"] not in STATE_CHANGING:
-            return None
         origin = headers.get("origin")
+        preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in headers
+        if scope["method"] not in STATE_CHANGING and not preflight:
+            return None
         if origin is not None and not self.rules.origin_ok(origin):
             return (
                 403,

@@ -167,6 +167,14 @@ def test_configured_hosts_and_origins_are_answered_with_cors_for_the_listed_orig
             unchanged = Unchanged(settings)
             r = c.post("/v1/jobs", json=job_body(), headers={**ops, "Origin": "https://x.example"})
             assert_error(r, 403, "forbidden_origin")
+            foreign = {
+                **ops,
+                "Origin": "https://x.example",
+                "Access-Control-Request-Method": "POST",
+            }
+            r = c.options("/v1/jobs", headers=foreign)
+            assert_error(r, 403, "forbidden_origin")
+            assert "access-control-allow-origin" not in r.headers
             # localhost is no longer listed: only the configured names are answered
             assert_error(c.get("/v1/jobs", headers={"Host": "localhost"}), 421)
             unchanged.check()
