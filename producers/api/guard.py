@@ -6,9 +6,9 @@ A plain ASGI middleware, in front of every route:
   whose name was re-pointed at 127.0.0.1 (DNS rebinding) sends its own name, and is refused
   with 421 before any route runs. ``/healthz`` and ``/readyz`` are exempt: orchestrators probe
   them by address, and they tell nothing.
-- **Origin** of a state-changing request (POST, PUT, PATCH, DELETE), when a browser sent
-  one, must be the API's own (an allowed host) or one of ``DUETIME_API_ALLOWED_ORIGINS``:
-  403 otherwise. Browsers send Origin on every cross-origin write, so a form or ``fetch``
+- **Origin** of a state-changing request (POST, PUT, PATCH, DELETE) or of a CORS preflight,
+  when a browser sent one, must be the API's own (an allowed host) or one of
+  ``DUETIME_API_ALLOWED_ORIGINS``: 403 otherwise. Browsers send Origin on every cross-origin write, so a form or ``fetch``
   from another site is refused even where it would need no CORS preflight.
 - **Content-Type** of a state-changing request that carries a body must be
   ``application/json`` (an optional ``charset=utf-8``): 415 otherwise, so a ``text/plain``
