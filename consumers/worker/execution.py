@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority
@@ -81,6 +81,19 @@ class Item:
             "execution_id": r.get("execution_id"),
             "attempt": r.get("attempt"),
         }
+
+
+_REFUSED_RECORD = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+    }
+)
+
+
+class ResultRefused(Exception):
+    """The broker will never accept this result record (the request is parked)."""
 
 
 def _now_ms() -> int:
@@ -377,6 +390,12 @@ class Executor:
                 await future
                 return True
             except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in _REFUSED_RECORD:
+                    # this record will never be accepted (e.g. a request's DAG fields plus
+                    # the task's output exceed the topic's limit): retrying would stall the
+                    # partition forever; the request is parked instead (see _give_up)
+                    raise ResultRefused(f"the broker refused the result: {err.str()}") from exc
                 if classify(exc) is ErrorClass.FATAL:
                     # e.g. the idempotent producer lost its sequence: nothing this process
                     # sends can be trusted any more; stop (unreported work is redelivered)

@@ -45,7 +45,10 @@ class Requests:
     def __init__(self, settings: CommonSettings) -> None:
         self.topic = Topics(settings.topic_prefix).execution("normal")
         self.codec = Codec()
-        self.producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+        # message.max.bytes: some requests here are as large as the topic takes (~1 MiB)
+        self.producer = Producer(
+            {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 2_000_000}
+        )
 
     def send(self, target: dict[str, Any], payload: Any = None, **overrides: Any) -> str:
         job_id = str(uuid.uuid4())
@@ -431,9 +434,7 @@ def test_a_request_postgresql_refuses_is_parked_alone_and_its_batch_neighbours_r
     the offsets of every request in it stayed uncommitted until the next rebalance."""
     cursed = str(uuid.uuid4())
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        conn.execute(
-            f"ALTER TABLE leases ADD CONSTRAINT cursed CHECK (execution_id <> '{cursed}')"
-        )
+        conn.execute(f"ALTER TABLE leases ADD CONSTRAINT cursed CHECK (execution_id <> '{cursed}')")
     parked_before = metrics.HANDLING_ERRORS.labels(stage="execute")._value.get()
     poison = TopicReader(settings, [Topics(settings.topic_prefix).poison], None)
     try:
@@ -450,6 +451,28 @@ def test_a_request_postgresql_refuses_is_parked_alone_and_its_batch_neighbours_r
             lambda: committed(settings, topic) == consumed_ends(settings, topic),
             15,
             "every offset committed, the parked one included",
+        )
+        still_serving(worker, requests, results)
+    finally:
+        poison.close()
+
+
+def test_a_result_the_broker_refuses_parks_its_request_instead_of_retrying_forever(
+    settings: CommonSettings, worker: RunningWorker, requests: Requests, results: TopicReader
+) -> None:
+    """A request near the topic's size limit, mostly DAG fields (copied into its result),
+    whose task returns 60 KB: the result exceeds the results topic's limit. Before, the worker
+    retried publishing it every second, forever, and the partition's offsets never moved."""
+    poison = TopicReader(settings, [Topics(settings.topic_prefix).poison], None)
+    try:
+        requests.send(python(f"{MOD}:big_output"), None, dag_key="k" * 1_000_000)
+        [parked] = wait_for(lambda: list(poison.raw), 30, "the request, parked")
+        assert b"refused the result" in dict(parked.headers())["duetime-error"]
+        topic = Topics(settings.topic_prefix).execution("normal")
+        wait_for(
+            lambda: committed(settings, topic) == consumed_ends(settings, topic),
+            15,
+            "the parked request's offset committed",
         )
         still_serving(worker, requests, results)
     finally:

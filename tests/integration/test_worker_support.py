@@ -285,3 +285,8 @@ async def ignores_cancellation(ctx: ExecutionContext) -> None:
     while time.monotonic() < deadline:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0.05)
+
+
+def big_output(ctx: ExecutionContext) -> str:
+    """Returns 60 KB (under the 64 KiB output limit)."""
+    return "x" * 60_000
