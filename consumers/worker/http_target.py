@@ -199,9 +199,24 @@ class HttpCaller:
                 return egress_failure(shown, denied.rule)
             return failure(
                 type(exc).__name__,
-                f"{method} {shown} failed: {_client_error_text(exc)}",
+                f"{method} {shown} failed: {self._scrub(_client_error_text(exc))}",
                 retryable=True,
             )
+        except ValueError as exc:  # aiohttp refusing the request as built (e.g. credentials
+            # both in the URL and in an Authorization header): it will not change on retry
+            return failure(
+                "InvalidTarget",
+                f"{method} {shown} cannot be sent: {self._scrub(_clean(str(exc), 300))}",
+                retryable=False,
+            )
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without any of the worker's secret values (an error message about a
+        header could quote it)."""
+        for value in self._secrets.values():
+            if len(value) >= 4:
+                text = text.replace(value, "***")
+        return text
 
     def _refusal(
         self, url: str, shown: str, method: str, headers: Mapping[str, str]

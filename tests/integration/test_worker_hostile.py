@@ -324,6 +324,11 @@ def test_framing_headers_and_redirects_are_refused_at_run_time(
     ):
         error = outcome(results, requests.send(http(sink.url, headers)))["error"]
         assert error["type"] == "InvalidTarget" and error["retryable"] is False, error
+    # credentials both in the URL and in a header: aiohttp refuses to build the request
+    both = http(sink.url.replace("http://", "http://u:pw-3b1f@"), {"Authorization": "Basic x"})
+    error = outcome(results, requests.send(both))["error"]
+    assert error["type"] == "InvalidTarget" and error["retryable"] is False, error
+    assert "pw-3b1f" not in error["message"]
     assert sink.deliveries == []
     redirected = requests.send(http(sink.url), {"answer_status": 302, "answer_body": ""})
     error = outcome(results, redirected)["error"]
