@@ -8,8 +8,9 @@ A plain ASGI middleware, in front of every route:
   them by address, and they tell nothing.
 - **Origin** of a state-changing request (POST, PUT, PATCH, DELETE) or of a CORS preflight,
   when a browser sent one, must be the API's own (an allowed host) or one of
-  ``DUETIME_API_ALLOWED_ORIGINS``: 403 otherwise. Browsers send Origin on every cross-origin write, so a form or ``fetch``
-  from another site is refused even where it would need no CORS preflight.
+  ``DUETIME_API_ALLOWED_ORIGINS``: 403 otherwise. Browsers send Origin on every
+  cross-origin write, so a form or ``fetch`` from another site is refused even where it
+  would need no CORS preflight.
 - **Content-Type** of a state-changing request that carries a body must be
   ``application/json`` (an optional ``charset=utf-8``): 415 otherwise, so a ``text/plain``
   or form body is never read as JSON.
