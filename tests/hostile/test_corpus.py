@@ -15,6 +15,7 @@ shrinking against the live stack (a failure prints the example as drawn).
 
 from __future__ import annotations
 
+import base64
 import decimal
 import json
 import math
@@ -22,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from confluent_kafka import Producer
@@ -215,6 +217,49 @@ def test_rest_refusals_wrote_nothing(stack: HostileStack) -> None:
     assert stack.refused_jobs, "the corpus refused nothing: it is not hostile"
     stack.assert_nothing_written(stack.refused_jobs)
     stack.assert_up()
+
+
+def cursor_of(value: Any) -> str:
+    """A cursor as the API encodes them (urlsafe base64 of JSON), around any value."""
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+CRAFTED_CURSORS = [
+    cursor_of(["0001-01-01T00:00:00+14:00", str(uuid.uuid4())]),
+    cursor_of(["9999-12-31T23:59:59-14:00", str(uuid.uuid4())]),
+    cursor_of(["2026-01-01T00:00:00\x00", str(uuid.uuid4())]),
+    cursor_of(["2026-01-01T00:00:00+00:00", "not-a-uuid"]),
+    cursor_of([1, 2]),
+    cursor_of({"a": 1}),
+    cursor_of([None, None, None]),
+    "!!!",
+    "",
+]
+READ_PATHS = ["/v1/jobs", "/v1/dlq", "/v1/dags", "/v1/jobs/{id}/executions", "/v1/dags/{id}/runs"]
+READ_PARAMS = ["limit", "cursor", "status", "priority", "name", "name_contains", "job_id", "count"]
+query_values = st.one_of(
+    texts,
+    st.sampled_from(CRAFTED_CURSORS),
+    st.sampled_from(HUGE_NUMBERS).map(str),
+    st.integers().map(str),
+)
+
+
+@CORPUS
+@given(
+    path=st.sampled_from(READ_PATHS),
+    ident=st.uuids().map(str) | texts,
+    params=st.dictionaries(st.sampled_from(READ_PARAMS) | texts, query_values, max_size=3),
+)
+def test_rest_reads_never_5xx(
+    stack: HostileStack, path: str, ident: str, params: dict[str, str]
+) -> None:
+    """List and read routes with hostile ids, filters, limits and forged cursors."""
+    url = path.replace("{id}", quote(ident, safe="") or "%20")
+    resp = stack.api.get(url, params=params)
+    assert resp.status_code < 500, f"{resp.status_code} for GET {url} {params!r}: {resp.text[:300]}"
+    if resp.status_code >= 400:
+        assert_refused(resp, None, (400, 404, 405, 413, 422))
 
 
 # --- SDK -------------------------------------------------------------------------------------
