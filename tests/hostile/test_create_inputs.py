@@ -411,6 +411,51 @@ def test_nul_in_filters_refused(stack: HostileStack, path: str, param: str) -> N
     assert_refused(stack.api.get(path, params={param: "a\x00b"}), param, (400, 422))
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "a\x00b"},
+        {"limit": HUGE},
+        {"limit": -1},
+        {"since": HUGE},
+        {"until": "9999-12-31T23:59:59\x00"},
+        {"job_id": "not-a-uuid"},
+        {"include_replayed": "yes"},
+        {"unknown": 1},
+    ],
+    ids=lambda b: next(iter(b)) + "-" + str(next(iter(b.values())))[:12],
+)
+def test_bulk_replay_filter_refused(stack: HostileStack, body: dict[str, Any]) -> None:
+    resp = stack.api.post(
+        "/v1/dlq/replay", content=dumps(body), headers={"Content-Type": "application/json"}
+    )
+    assert_refused(resp, next(iter(body)), (400, 422))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"since": "0001-01-01T00:00:00+14:00"}, {"until": "9999-12-31T23:59:59-14:00"}],
+    ids=["since-year-0", "until-year-10000"],
+)
+def test_bulk_replay_filter_at_the_edges_of_time(stack: HostileStack, body: dict[str, Any]) -> None:
+    """A filter at the edge of representable time is a valid (if empty) filter: answered, or
+    refused naming it, never a 5xx."""
+    resp = stack.api.post(
+        "/v1/dlq/replay", content=dumps(body), headers={"Content-Type": "application/json"}
+    )
+    if resp.status_code >= 400:
+        assert_refused(resp, next(iter(body)), (400, 422))
+    else:
+        assert resp.status_code == 202, resp.text
+
+
+@pytest.mark.parametrize("ident", ["not-a-uuid", "%00", "1" * 400, "..%2F..%2Fhealthz"])
+@pytest.mark.parametrize("command", ["cancel", "pause", "resume", "trigger"])
+def test_commands_on_hostile_ids_refused(stack: HostileStack, ident: str, command: str) -> None:
+    resp = stack.api.post(f"/v1/jobs/{ident}/{command}")
+    assert_refused(resp, None, (400, 404, 422))
+
+
 # --- finding 12 (the API part): readiness probes do not leak threads -------------------------
 
 
