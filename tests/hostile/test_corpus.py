@@ -219,6 +219,66 @@ def test_rest_refusals_wrote_nothing(stack: HostileStack) -> None:
     stack.assert_up()
 
 
+@st.composite
+def dag_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    """A DAG of 1-6 hostile members: keys, dependencies (unknown keys, self-loops, cycles),
+    member fields that are the DAG's, and the job-body mutations of ``job_bodies``."""
+    # mostly a valid acyclic shape (so the members' own fields are reached); now and then a
+    # hostile key, a duplicate, an unknown dependency or a cycle
+    keys = [f"k{i}" for i in range(draw(st.integers(1, 6)))]
+    if draw(st.integers(0, 4)) == 0:
+        keys[draw(st.integers(0, len(keys) - 1))] = draw(texts)
+    members: list[Any] = []
+    for i, key in enumerate(keys):
+        member = draw(job_bodies())
+        for field in ("job_id", "schedule"):
+            if draw(st.booleans()):
+                member.pop(field, None)
+        member["key"] = key
+        earlier = st.lists(st.sampled_from(keys[:i]), max_size=2) if i else st.just([])
+        member["depends_on"] = draw(
+            earlier if draw(st.integers(0, 4)) else st.lists(st.sampled_from(keys) | texts)
+        )
+        if draw(st.integers(0, 9)) == 0:
+            member[draw(st.sampled_from(["dag_id", "dag_key"]))] = draw(json_values)
+        members.append(member)
+    body: dict[str, Any] = {"dag_id": str(uuid.uuid4()), "name": "corpus-dag", "jobs": members}
+    for _ in range(draw(st.integers(0, 2))):
+        key = draw(st.sampled_from(["dag_id", "name", "jobs", "schedule", "overlap", "extra"]))
+        body[key] = draw(OVERRIDES.get(key, json_values) if key != "jobs" else json_values)
+    return body
+
+
+@hsettings(CORPUS, max_examples=EXAMPLES // 2)
+@given(body=dag_bodies())
+def test_rest_dags_never_5xx(stack: HostileStack, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    resp = stack.api.post("/v1/dags", content=raw, headers={"Content-Type": "application/json"})
+    assert resp.status_code < 500, f"{resp.status_code} for {raw[:300]!r}: {resp.text[:500]}"
+    if resp.status_code >= 400:
+        assert_refused(resp, None, (400, 409, 413, 415, 422))
+
+
+@hsettings(CORPUS, max_examples=EXAMPLES // 2)
+@given(body=dag_bodies())
+def test_sdk_dags_raise_only_duetime_errors(stack: HostileStack, body: dict[str, Any]) -> None:
+    try:
+        stack.sdk.create_dag(
+            body.get("name"),  # type: ignore[arg-type]  # hostile on purpose
+            body.get("jobs"),  # type: ignore[arg-type]
+            schedule=body.get("schedule"),
+            overlap=body.get("overlap", "skip"),
+            dag_id=body.get("dag_id"),
+        )
+    except DuetimeError:
+        pass
+    except Exception as exc:
+        raise AssertionError(
+            f"the SDK's create_dag raised {type(exc).__name__} (not a DuetimeError): "
+            f"{exc!s:.300} for {body!r:.300}"
+        ) from exc
+
+
 def cursor_of(value: Any) -> str:
     """A cursor as the API encodes them (urlsafe base64 of JSON), around any value."""
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
