@@ -386,3 +386,42 @@ def test_a_tasks_insane_retry_delay_falls_back_to_the_policy(delay: object) -> N
     exc = RetryLater("later")
     exc.delay_s = delay  # type: ignore[assignment]  # what a hostile task can do
     assert from_exception(exc).retry_after_s is None
+
+
+# --- where the egress policy is enforced (no network: the hosts file and a local socket) ---
+
+
+def test_the_resolver_drops_denied_addresses_and_refuses_a_name_with_none_left() -> None:
+    import asyncio
+    import socket
+
+    from duetime.consumers.worker.http_target import EgressDenied, GuardedResolver
+
+    async def resolve(policy: EgressPolicy) -> list[str]:
+        resolver = GuardedResolver(policy)
+        try:
+            return [
+                str(r["host"]) for r in await resolver.resolve("localhost", 80, socket.AF_UNSPEC)
+            ]
+        finally:
+            await resolver.close()
+
+    with pytest.raises(EgressDenied, match="loopback"):
+        asyncio.run(resolve(NOTHING))
+    allowed = asyncio.run(resolve(EgressPolicy(loopback=True)))
+    assert allowed and all(parse_ip(a) is not None for a in allowed)
+
+
+def test_the_socket_factory_refuses_a_denied_peer_on_every_connect() -> None:
+    import socket
+
+    from duetime.consumers.worker.http_target import EgressDenied, guarded_socket_factory
+
+    info = (socket.AF_INET, socket.SOCK_STREAM, 0, "", ("169.254.169.254", 80))
+    for policy in (NOTHING, EVERYTHING):
+        with pytest.raises(EgressDenied, match="link-local"):
+            guarded_socket_factory(policy)(info)
+    sock = guarded_socket_factory(EgressPolicy(loopback=True))(
+        (socket.AF_INET, socket.SOCK_STREAM, 0, "", ("127.0.0.1", 80))
+    )
+    sock.close()
