@@ -185,11 +185,12 @@ class Executor:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
     def park_poison(self, msg: Message, tp: TP, offset: int, error: str) -> None:
-        """Copy an undecodable request to the poison topic; then its offset is done."""
+        """Copy a request we cannot handle (undecodable, refused by our checks, or whose
+        handling failed) to the poison topic; then its offset is done."""
         metrics.POISON.labels(topic=tp[0]).inc()
         error = redact_text(error)
         log.warning(
-            "undecodable execution request sent to the poison topic: %s",
+            "execution request parked on the poison topic: %s",
             error,
             extra={"topic": tp[0], "partition": tp[1], "offset": offset},
         )
