@@ -234,15 +234,20 @@ class TaskRegistry:
         module_name, _, attr_path = ref.partition(":")
         try:
             obj: Any = importlib.import_module(module_name)
-        except Exception as exc:  # an import can raise anything; all mean "cannot run this"
+        except BaseException as exc:  # an import runs user code: it can raise anything,
+            # SystemExit included, and all of it means "cannot run this here"
             raise UnknownTarget(
                 f"cannot import {module_name!r} for target {ref!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+            ) from None
         for part in attr_path.split("."):
             try:
                 obj = getattr(obj, part)
             except AttributeError:
                 raise UnknownTarget(f"{module_name!r} has no attribute {attr_path!r}") from None
+            except BaseException as exc:  # a module's __getattr__ is user code too
+                raise UnknownTarget(
+                    f"resolving {ref!r} raised {type(exc).__name__}: {exc}"
+                ) from None
             if isinstance(obj, types.ModuleType):
                 raise UnknownTarget(
                     f"target {ref!r} reaches the module {obj.__name__!r} through an attribute: "

@@ -425,3 +425,9 @@ def test_the_socket_factory_refuses_a_denied_peer_on_every_connect() -> None:
         (socket.AF_INET, socket.SOCK_STREAM, 0, "", ("127.0.0.1", 80))
     )
     sock.close()
+
+
+def test_a_module_that_exits_on_import_fails_the_resolution_not_the_process() -> None:
+    registry = TaskRegistry(allowed_modules=("tests",))
+    with pytest.raises(UnknownTarget, match="SystemExit"):
+        registry.resolve("tests.integration.worker_exits_on_import:run")
