@@ -71,7 +71,8 @@ def check_number(
         raise ValidationError(f"{field} must be {kind}, not NaN", field=field)
     low_ok = value > lo if lo_open else value >= lo
     if not (low_ok and value <= hi):
-        shown = str(value) if len(str(value)) <= 40 else f"a number of {len(str(value))} digits"
+        huge = isinstance(value, int) and value.bit_length() > 128  # str() may refuse it
+        shown = f"an integer of {value.bit_length()} bits" if huge else str(value)[:40]
         bracket = "(" if lo_open else "["
         raise ValidationError(
             f"{field} must be in {bracket}{lo:g}, {hi:g}] (got {shown})", field=field
@@ -153,6 +154,10 @@ def check_json_value(value: Any, field: str, *, max_depth: int = DEFAULT_MAX_JSO
             stack.extend(item)
         elif isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
             raise ValidationError(f"{field} contains NaN or Infinity (not JSON)", field=field)
+        elif item is not None and not isinstance(item, bool | int | float):
+            raise ValidationError(
+                f"{field} holds a {type(item).__name__}, which JSON cannot hold", field=field
+            )
 
 
 def reserved_prefixes(topic_prefix: str) -> tuple[str, ...]:

@@ -284,7 +284,12 @@ def build_job(
     job_id = parse_uuid(body["job_id"], "job_id") if body.get("job_id") else str(uuid.uuid4())
     schedule = None if body.get("schedule") is None else parse_schedule(body["schedule"])
     check_json_value(body.get("payload"), "payload")
-    payload_json = json.dumps(body.get("payload"), separators=(",", ":"), ensure_ascii=False)
+    try:
+        payload_json = json.dumps(
+            body.get("payload"), separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:  # e.g. an int of more digits than str() allows
+        raise ValidationError(f"payload is not JSON: {exc}", field="payload") from None
     size = len(payload_json.encode())
     if size > max_payload_bytes:
         raise PayloadTooLarge(

@@ -103,6 +103,7 @@ def test_task_names_and_module_refs_pass(ref: str) -> None:
     ("field", "body"),
     [
         ("timeout_s", {"timeout_s": 10**400}),
+        ("timeout_s", {"timeout_s": 10**5000}),
         ("timeout_s", {"timeout_s": -(10**400)}),
         ("timeout_s", {"timeout_s": float("nan")}),
         ("retry.base_delay_s", {"retry": {"base_delay_s": 10**400}}),
@@ -242,3 +243,12 @@ def test_every_second_cron_is_the_next_second_at_any_time_of_day(naive: datetime
 )
 def test_metadata_and_unusable_urls_are_refused_at_creation(url: str) -> None:
     refused("target.url", target={"type": "http", "url": url})
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{1, 2}, b"bytes", {"d": __import__("decimal").Decimal("1.5")}, object(), 10**5000],
+    ids=["set", "bytes", "decimal", "object", "huge-int"],
+)
+def test_payloads_json_cannot_hold_are_validation_errors(payload: Any) -> None:
+    refused("payload", payload=payload)
