@@ -71,8 +71,10 @@ def check_number(
         raise ValidationError(f"{field} must be {kind}, not NaN", field=field)
     low_ok = value > lo if lo_open else value >= lo
     if not (low_ok and value <= hi):
-        huge = isinstance(value, int) and value.bit_length() > 128  # str() may refuse it
-        shown = f"an integer of {value.bit_length()} bits" if huge else str(value)[:40]
+        if isinstance(value, int) and value.bit_length() > 128:  # str() may refuse it
+            shown = f"an integer of {value.bit_length()} bits"
+        else:
+            shown = str(value)[:40]
         bracket = "(" if lo_open else "["
         raise ValidationError(
             f"{field} must be in {bracket}{lo:g}, {hi:g}] (got {shown})", field=field
