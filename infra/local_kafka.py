@@ -129,6 +129,11 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=500
 group.consumer.min.session.timeout.ms=500
 group.consumer.min.heartbeat.interval.ms=100
+# Workers use the KIP-848 consumer protocol, whose session timeout and heartbeat interval
+# are the broker's (default 45 s and 5 s): a dead worker's partitions move after 3 s, and a
+# joining worker gets its share within ~0.5 s, as with the classic protocol's settings.
+group.consumer.session.timeout.ms=3000
+group.consumer.heartbeat.interval.ms=500
 # After a SIGKILL the restarted node cannot register until the controller has expired the
 # dead incarnation's session (default 9 s, so a restart took ~15 s). 3 s still tolerates a
 # long stall of the JVM on a loaded 2-core machine before the node fences itself.

@@ -16,6 +16,10 @@ EMITTED = Counter(
     "duetime_executions_emitted_total", "Execution requests emitted", ["priority", "trigger"]
 )
 DEAD_LETTERS = Counter("duetime_dead_letters_total", "Executions that ended dead")
+TRANSACTIONS = Counter(
+    "duetime_scheduler_transactions_total",
+    "Scheduler transactions committed (one per partition and cycle with work)",
+)
 TXN_ABORTS = Counter(
     "duetime_transaction_aborts_total", "Scheduler transactions that failed", ["reason"]
 )

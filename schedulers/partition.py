@@ -433,6 +433,7 @@ class PartitionOwner:
             self._recover(exc, consumer)
             return 0
         self.store.commit()
+        metrics.TRANSACTIONS.inc()
         emitted = len(p.executions)
         for request in p.executions:
             metrics.EMITTED.labels(priority=request["priority"], trigger=request["trigger"]).inc()

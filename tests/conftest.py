@@ -98,6 +98,14 @@ def _containers() -> Iterator[Services]:
     kafka.with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
     kafka.with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
     kafka.with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+    # workers use KIP-848's consumer protocol: fast failure detection is the broker's setting
+    for name, value in (
+        ("MIN_SESSION_TIMEOUT_MS", "500"),
+        ("MIN_HEARTBEAT_INTERVAL_MS", "100"),
+        ("SESSION_TIMEOUT_MS", "3000"),
+        ("HEARTBEAT_INTERVAL_MS", "500"),
+    ):
+        kafka.with_env(f"KAFKA_GROUP_CONSUMER_{name}", value)
     postgres = PostgresContainer(
         "postgres:16", username="duetime", password="duetime", dbname="duetime", driver=None
     )

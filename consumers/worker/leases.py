@@ -104,6 +104,11 @@ DELETE FROM leases WHERE ctid = ANY(ARRAY(
 """
 
 
+BUSY_RECHECK_S = 1.0
+"""A lease held by another worker is claimed again at most this long after a ``busy``
+answer (a conflict costs one small statement; it only happens after a rebalance)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """The answer to one claim: a token, or why not."""
@@ -451,8 +456,11 @@ def _conflict(row: tuple[Any, ...] | None, attempt: int, ttl_s: float) -> Claim:
         return Claim(conflict="stale", owner=owner)
     if state == "done" and held_attempt == attempt:
         return Claim(conflict="done", result=None if result is None else bytes(result), owner=owner)
-    # held by another worker and not expired yet: try again just after it expires
-    return Claim(conflict="busy", retry_in_s=min(ttl_s, float(remaining_s)) + 0.05, owner=owner)
+    # held by another worker and not expired yet: try again just after it expires, or
+    # sooner: a holder that hands its work back (shutdown, or the partition moved while the
+    # work ran) expires the lease at once, and the next owner should not sit out the TTL
+    wait_s = min(ttl_s, float(remaining_s), BUSY_RECHECK_S)
+    return Claim(conflict="busy", retry_in_s=wait_s + 0.05, owner=owner)
 
 
 def _unique_chunks(items: list[tuple[int, _Completion]]) -> list[list[tuple[int, _Completion]]]:

@@ -190,24 +190,30 @@ class Worker:
             on_fatal=self._fatal,
             running_event_after_s=s.running_event_after_s,
         )
-        consumer = kafka.consumer(
-            self.common,
-            s.group,
-            **{
-                "session.timeout.ms": s.session_timeout_ms,
-                # workers need no co-partitioning: incremental (cooperative) rebalancing lets a
-                # joining or leaving worker move only the partitions that change hands
-                "partition.assignment.strategy": "cooperative-sticky",
-                # our own buffer bounds the work in memory; librdkafka's default prefetch
-                # (64 MiB per partition) would only hold records back behind paused ones
-                "queued.max.messages.kbytes": 4096,
-                # read_committed: a transaction's commit does not wake a waiting fetch, so an
-                # idle fetch sits out its whole max wait (500 ms by default) before it returns
-                # what the scheduler just committed; that wait is start lateness
-                "fetch.wait.max.ms": 10,
-                "on_commit": self._on_commit,
-            },
-        )
+        tuning: dict[str, Any] = {
+            # our own buffer bounds the work in memory; librdkafka's default prefetch
+            # (64 MiB per partition) would only hold records back behind paused ones
+            "queued.max.messages.kbytes": 4096,
+            # read_committed: a transaction's commit does not wake a waiting fetch, so an
+            # idle fetch sits out its whole max wait (500 ms by default) before it returns
+            # what the scheduler just committed; that wait is start lateness
+            "fetch.wait.max.ms": 10,
+            "on_commit": self._on_commit,
+        }
+        if s.group_protocol == "consumer":
+            consumer = kafka.kip848_consumer(self.common, s.group, **tuning)
+        else:
+            consumer = kafka.consumer(
+                self.common,
+                s.group,
+                **tuning,
+                **{
+                    "session.timeout.ms": s.session_timeout_ms,
+                    # incremental (cooperative) rebalancing: a joining or leaving worker
+                    # moves only the partitions that change hands
+                    "partition.assignment.strategy": "cooperative-sticky",
+                },
+            )
         self.consumer = ConsumerThread(
             consumer,
             self.topics.executions,

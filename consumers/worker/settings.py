@@ -49,6 +49,13 @@ class WorkerSettings:
     group_id: str | None = None
     """Consumer group; default ``<prefix>workers`` (separate pools use separate groups)."""
     session_timeout_ms: int = 3000
+    """Classic protocol only (KIP-848's session timeout is the broker's)."""
+    group_protocol: str = "consumer"
+    """``consumer`` (KIP-848, Kafka ≥ 4.0): the broker's range assignor splits every priority
+    topic evenly over the workers, with incremental rebalances. ``classic``: the
+    cooperative-sticky assignor, for older brokers; it balances partition counts, not
+    topics, so two workers may split the four priority topics two and two and one of them
+    get all of the normal priority's work."""
     db_pool_size: int = 4
     running_event_after_s: float = 0.1
     """Publish an attempt's ``running`` event once it has run this long (0: at its start).
@@ -102,6 +109,9 @@ class WorkerSettings:
             group_id=env.opt_str("DUETIME_WORKER_GROUP"),
             session_timeout_ms=env.integer(
                 "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
+            ),
+            group_protocol=env.choice(
+                "DUETIME_WORKER_GROUP_PROTOCOL", cls.group_protocol, ("consumer", "classic")
             ),
             db_pool_size=env.integer("DUETIME_WORKER_DB_POOL", cls.db_pool_size, 1, 100),
             running_event_after_s=env.number(

@@ -49,15 +49,9 @@ def transactional_producer(
 
 
 def consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consumer:
+    """A member of a classic-protocol group, with the range assignor (co-partitioning)."""
     conf: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": group_id,
-        "client.id": f"duetime-{settings.instance_id}",
-        # offsets are committed explicitly, after the work (or inside a transaction)
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        # never see records of aborted or still-open transactions
-        "isolation.level": "read_committed",
+        **_member_conf(settings, group_id),
         # range keeps partition p of every co-partitioned topic on the same member
         "partition.assignment.strategy": "range",
         # detect a dead member fast: failover budget is 5 s (default is 45 s)
@@ -66,6 +60,33 @@ def consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consu
     }
     conf.update(overrides)
     return Consumer(conf)
+
+
+def kip848_consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consumer:
+    """A member of a KIP-848 (``group.protocol=consumer``) group, with the broker's range
+    assignor: every topic split evenly, partition p of each topic on one member, incremental
+    rebalances. Its session timeout and heartbeat interval are the broker's
+    (``group.consumer.*``), so the client may not set them."""
+    conf: dict[str, Any] = {
+        **_member_conf(settings, group_id),
+        "group.protocol": "consumer",
+        "group.remote.assignor": "range",
+    }
+    conf.update(overrides)
+    return Consumer(conf)
+
+
+def _member_conf(settings: CommonSettings, group_id: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": group_id,
+        "client.id": f"duetime-{settings.instance_id}",
+        # offsets are committed explicitly, after the work (or inside a transaction)
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        # never see records of aborted or still-open transactions
+        "isolation.level": "read_committed",
+    }
 
 
 def admin(settings: CommonSettings) -> AdminClient:
