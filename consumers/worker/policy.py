@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from duetime.core.errors import ConfigError
+from duetime.core.inputs import header_refusal as header_refusal  # the edge's rule, again here
 from duetime.core.redact import SECRET_REF_RE
 from duetime.core.topics import Topics
 
@@ -211,35 +212,6 @@ def check_topic_allow_list(items: tuple[str, ...], variable: str) -> tuple[str, 
 
 # --- HTTP headers and secrets -------------------------------------------------------------
 
-FRAMING_HEADERS = frozenset(
-    {
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "upgrade",
-        "te",
-        "trailer",
-        "keep-alive",
-        "expect",
-    }
-)
-_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
-_BAD_VALUE_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-
-
-def header_refusal(name: str, value: str) -> str | None:
-    """None when a job may send this header; otherwise why not (the value is never named)."""
-    if not isinstance(name, str) or not _HEADER_NAME_RE.match(name):
-        return f"header name {name[:100]!r} is not a valid HTTP token"
-    lowered = name.lower()
-    if lowered in FRAMING_HEADERS or lowered.startswith("proxy-"):
-        return f"header {name!r} frames or routes the request: only the worker's client sets it"
-    if not isinstance(value, str) or _BAD_VALUE_RE.search(value):
-        return f"the value of header {name!r} contains a line break or control character"
-    return None
-
-
 class MissingSecret(Exception):
     """A header references ``${secret:NAME}`` and the worker has no ``DUETIME_SECRET_NAME``."""
 
@@ -284,7 +256,7 @@ def secrets_from_environ(environ: Mapping[str, str]) -> dict[str, str]:
                 f"{variable}: a secret's name must be letters, digits and '_' (at most 64)",
                 details={"variable": variable},
             )
-        if value == "" or _BAD_VALUE_RE.search(value):
+        if value == "" or header_refusal("X-Secret", value) is not None:
             raise ConfigError(
                 f"{variable} is empty or holds a line break or control character "
                 "(it would be sent as a header value)",

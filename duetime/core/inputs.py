@@ -26,6 +26,7 @@ whole request bodies (``DUETIME_API_MAX_JSON_DEPTH``)."""
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _NUL_RE = re.compile(r"\x00")
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+_BAD_VALUE_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 FRAMING_HEADERS = frozenset(
     {
         "host",
@@ -186,6 +187,21 @@ def check_labels(labels: Any, *, prefixes: tuple[str, ...], allow_reserved: bool
             )
 
 
+def header_refusal(name: str, value: str) -> str | None:
+    """None when a job may send this header; otherwise why not (never naming the value).
+    The rule of both the edge (at creation) and the worker (on every attempt)."""
+    if not isinstance(name, str) or not _HEADER_NAME_RE.match(name):
+        return f"header name {str(name)[:60]!r} is not a valid HTTP token"
+    lowered = name.lower()
+    if lowered in FRAMING_HEADERS or lowered.startswith("proxy-"):
+        return f"header {name!r} frames or routes the request: only the worker's client sets it"
+    if not isinstance(value, str) or _BAD_VALUE_RE.search(value):
+        return f"the value of header {name!r} contains a line break or control character"
+    if len(value) > MAX_HEADER_VALUE_CHARS:
+        return f"the value of header {name!r} is over {MAX_HEADER_VALUE_CHARS} characters"
+    return None
+
+
 def check_headers(headers: Any) -> dict[str, str]:
     """An HTTP target's own headers: valid names and values, nothing that frames or routes the
     request, nothing in duetime's own namespace."""
@@ -198,30 +214,11 @@ def check_headers(headers: Any) -> dict[str, str]:
             f"target.headers has more than {MAX_HEADERS} entries", field="target.headers"
         )
     for name, value in headers.items():
-        lowered = name.lower()
-        if not _HEADER_NAME_RE.match(name):
-            raise ValidationError(
-                f"header name {name[:60]!r} is not a valid HTTP token", field="target.headers"
-            )
-        if lowered in FRAMING_HEADERS or lowered.startswith("proxy-"):
-            raise ValidationError(
-                f"header {name!r} frames or routes the request: only the worker sets it",
-                field="target.headers",
-                details={"header": name},
-            )
-        if lowered.startswith(_OWN_HEADER_PREFIXES) or lowered == "idempotency-key":
-            raise ValidationError(
-                f"header {name!r} is in duetime's reserved namespace (the worker sets it)",
-                field="target.headers",
-                details={"header": name},
-            )
-        if len(value) > MAX_HEADER_VALUE_CHARS or re.search(r"[\x00-\x08\x0a-\x1f\x7f]", value):
-            raise ValidationError(
-                f"header {name!r} has a value with a control character or over "
-                f"{MAX_HEADER_VALUE_CHARS} characters",
-                field="target.headers",
-                details={"header": name},
-            )
+        why = header_refusal(name, value)
+        if why is None and name.lower().startswith((*_OWN_HEADER_PREFIXES, "idempotency-key")):
+            why = f"header {name!r} is in duetime's reserved namespace (the worker sets it)"
+        if why is not None:
+            raise ValidationError(why, field="target.headers", details={"header": name[:60]})
     return dict(headers)
 
 
