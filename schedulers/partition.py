@@ -68,6 +68,14 @@ class Pending:
     offsets: dict[str, int] = field(default_factory=dict)
     held: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
     """Changelog key → (job_id, command bytes, or None to forget it)."""
+    since: float | None = None
+    """Monotonic time of the first change not yet committed."""
+
+    def urgent(self) -> bool:
+        """Records someone waits for: execution requests, dead letters, commands to other
+        jobs and DAG run events. Only bookkeeping (states, held commands, poison copies,
+        input offsets) can wait for the commit interval: it is applied in memory at once."""
+        return bool(self.executions or self.dead_letters or self.controls or self.dag_run_events)
 
     def empty(self) -> bool:
         return not (
@@ -351,8 +359,10 @@ class PartitionOwner:
 
     # --- the transaction ------------------------------------------------------------------
 
-    def commit(self, consumer: Consumer, now_ms: int) -> int:
-        """Write the cycle in one transaction; returns the number of executions emitted."""
+    def commit(self, consumer: Consumer, now_ms: int) -> int | None:
+        """Write the pending work in one transaction; returns the number of executions
+        emitted, or None when the transaction failed (the work is then undone: the store
+        rolled back and the inputs rewound, or the partition started over)."""
         if self.pending.empty():
             return 0
         p = self.pending
@@ -431,7 +441,7 @@ class PartitionOwner:
             self.producer.commit_transaction(10)
         except KafkaException as exc:
             self._recover(exc, consumer)
-            return 0
+            return None
         self.store.commit()
         metrics.TRANSACTIONS.inc()
         emitted = len(p.executions)

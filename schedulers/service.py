@@ -116,7 +116,9 @@ class Scheduler:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        for p in list(self.owners):
+        for p, owner in list(self.owners.items()):
+            if self.consumer is not None:
+                self._flush(owner, self.consumer)
             self._drop(p)
         for p in list(self._suspended):
             self._close(self._suspended.pop(p)[0], p)
@@ -146,10 +148,11 @@ class Scheduler:
             if owner is not None:
                 owner.handle(msg, now_ms)
         busy = []
+        now_s = time.monotonic()
         for owner in self.owners.values():
             if owner.inputs_read(self.consumer, now_ms):
                 owner.fire(now_ms, self.settings.fire_limit)
-            if not owner.pending.empty():
+            if self._due_for_commit(owner, now_s):
                 busy.append(owner)
         # each partition commits its own transaction; the waits overlap (the client releases
         # the GIL while it waits for the broker), so N busy partitions cost ~one round trip
@@ -157,6 +160,20 @@ class Scheduler:
             self._commit(busy[0])
         elif busy:
             list(self._pool.map(self._commit, busy))
+
+    def _due_for_commit(self, owner: PartitionOwner, now_s: float) -> bool:
+        """Commit now: something someone waits for, bookkeeping older than the commit
+        interval, or a cycle's worth of changed states."""
+        pending = owner.pending
+        if pending.empty():
+            return False
+        if pending.since is None:
+            pending.since = now_s
+        return (
+            pending.urgent()
+            or now_s - pending.since >= self.settings.commit_interval_s
+            or len(pending.dirty) >= self.settings.batch_size
+        )
 
     def _commit(self, owner: PartitionOwner) -> None:
         assert self.consumer is not None
@@ -233,11 +250,15 @@ class Scheduler:
             metrics.CONSUMER_LAG.labels(topic=topic).set(value)
 
     def _poll_timeout_s(self) -> float:
+        timeout_s = self.settings.idle_poll_s
         wakes = [w for w in (o.next_wake_ms() for o in self.owners.values()) if w is not None]
-        if not wakes:
-            return self.settings.idle_poll_s
-        wait_ms = min(wakes) - self.clock.now_ms()
-        return min(self.settings.idle_poll_s, max(0.0, wait_ms / 1000))
+        if wakes:
+            timeout_s = min(timeout_s, max(0.0, (min(wakes) - self.clock.now_ms()) / 1000))
+        waiting = [o.pending.since for o in self.owners.values() if o.pending.since is not None]
+        if waiting:  # bookkeeping waiting for the commit interval
+            due_s = min(waiting) + self.settings.commit_interval_s - time.monotonic()
+            timeout_s = min(timeout_s, max(0.0, due_s))
+        return timeout_s
 
     # --- rebalancing ----------------------------------------------------------------------
 
@@ -340,15 +361,40 @@ class Scheduler:
             self.on_restored(p, n, seconds)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Stop firing at once; keep the owner aside in case the partition comes straight back."""
-        for p in sorted({tp.partition for tp in partitions}):
-            owner = self.owners.pop(p, None)
-            if owner is not None:
-                try:
-                    self._suspended[p] = (owner, self._state_hwm(p))
-                except KafkaException:
-                    self._close(owner, p)
+        """Stop firing at once; keep the owner aside in case the partition comes straight back
+        (after committing what waited for the commit interval: still our generation)."""
+        owners = [
+            owner
+            for p in sorted({tp.partition for tp in partitions})
+            if (owner := self.owners.pop(p, None)) is not None
+        ]
+        flushed = list(self._pool.map(lambda o: self._flush(o, consumer), owners))
+        for owner, ok in zip(owners, flushed, strict=True):
+            p = owner.partition
+            if not ok:
+                self._close(owner, p)
+                continue
+            try:
+                self._suspended[p] = (owner, self._state_hwm(p))
+            except KafkaException:
+                self._close(owner, p)
         metrics.OWNED.set(len(self.owners))
+
+    def _flush(self, owner: PartitionOwner, consumer: Consumer) -> bool:
+        """Commit an owner's pending work; False when it failed (the owner must then be
+        restored from its changelog before it is used again)."""
+        if owner.pending.empty():
+            return True
+        try:
+            return owner.commit(consumer, self.clock.now_ms()) is not None
+        except Exception as exc:
+            log.warning(
+                "partition %s: committing before release failed: %s",
+                owner.partition,
+                exc,
+                extra={"partition": owner.partition},
+            )
+            return False
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Lost (our session expired): another member may own them already. Drop everything."""

@@ -25,6 +25,11 @@ class SchedulerSettings:
     catch_up_window_s: float = 24 * 3600.0
     session_timeout_ms: int = 3000
     idle_poll_s: float = 0.05
+    commit_interval_s: float = 0.2
+    """A partition with only bookkeeping to write (states after definitions and results, no
+    execution request, dead letter or command) commits at most this often: each transaction
+    costs the broker about ten requests and log appends, and one per input record was most
+    of its CPU. Anything someone waits for commits in the cycle that made it."""
     transaction_timeout_ms: int = 30_000
     """How long the broker lets an open transaction of a silent owner block read_committed
     readers before aborting it (only when nobody takes the partition over: a new owner aborts
@@ -62,5 +67,8 @@ class SchedulerSettings:
                 cls.transaction_timeout_ms,
                 1000,
                 900_000,
+            ),
+            commit_interval_s=env.number(
+                "DUETIME_SCHEDULER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.0, 10.0
             ),
         )
