@@ -267,6 +267,18 @@ _METRIC = re.compile(
 )
 
 
+def scrape_counter(port: int, name: str) -> float | None:
+    """One counter's value from a role's /metrics (None when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")
+    )
+
+
 def scrape_workers(n: int) -> dict[str, Any]:
     """The workers' own view, summed over ``n`` workers: how long the HTTP calls took
     (``duetime_worker_execution_seconds``) and how late they started."""
@@ -323,7 +335,12 @@ def scenario_rate(
     connections: int = 64,
     lead_s: float = 10.0,
     timeout_s: float = 120.0,
+    warmup_s: float = 60.0,
 ) -> dict[str, Any]:
+    """``warmup_s``: the same workload against a separate sink first, unmeasured. Each run
+    starts a fresh broker, whose JVM compiles its hot paths during its first minute of load:
+    measured cold, that costs more CPU than the jobs (the broker used ~0.8 core at 100 and
+    at 350 jobs/s alike) and competes with the roles for the two cores."""
     from bench import worker_throughput as wt
     from duetime.infra.process import free_port
 
@@ -354,6 +371,8 @@ def scenario_rate(
                 f"{name}-projector",
             )
             _wait_ready(api_url, procs["api"])
+            if warmup_s > 0:
+                _warm_up(api_url, rate, warmup_s, connections, name)
             kafka_port = int(common.bootstrap_servers.rsplit(":", 1)[1])
             pg_port = int(re.search(r":(\d+)/", common.database_url).group(1))  # type: ignore[union-attr]
             meter = CpuMeter(
@@ -379,6 +398,9 @@ def scenario_rate(
             _wait_arrivals(sink, len(created), t0_s + duration_s + timeout_s, procs, warnings)
             meter.stop()
             worker_metrics = scrape_workers(workers)
+            worker_metrics["scheduler_transactions"] = scrape_counter(
+                wt.SCHEDULER_METRICS_PORT, "duetime_scheduler_transactions_total"
+            )
         finally:
             wt.stop(list(procs.values()))
     cpu_s = {
@@ -407,6 +429,7 @@ def scenario_rate(
         "config": {
             "rate_jobs_per_s": rate,
             "lead_s": lead_s,
+            "warmup_s": warmup_s,
             "timeout_s": timeout_s,
             "workers": workers,
             "worker_concurrency": wt.WORKER_CONCURRENCY,
@@ -433,6 +456,20 @@ def scenario_rate(
           {"duetime: due → arrival at the sink": series}, t0_s * 1000)  # fmt: skip
     write_result(name, result)
     return result
+
+
+def _warm_up(api_url: str, rate: float, warmup_s: float, connections: int, name: str) -> None:
+    """The measured workload for ``warmup_s`` into a sink of its own; waits for it to drain."""
+    n = int(rate * warmup_s)
+    progress(f"warm-up: {n:,} jobs at {rate:g}/s (not measured)")
+    with Sink(WORKDIR, f"{name}-warmup-sink") as sink:
+        t0_s = time.time() + 4
+        summary = _run_generator(api_url, sink.url, rate, warmup_s, 2.0, t0_s, connections,
+                                 warmup_s + 120)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sink.count() < summary["created"]:
+            time.sleep(0.5)
+    progress(f"warm-up done: {summary['created']:,} created")
 
 
 def _run_generator(api_url: str, sink_url: str, rate: float, duration_s: float, lead_s: float,
@@ -599,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     # 2: with one API process, REST creates were the first bottleneck (158/s at 350/s planned,
     # 36 s behind plan, on the shared 2-core box); with two, 258/s in the same conditions
     rate.add_argument("--api-workers", type=int, default=2, help="DUETIME_API_WORKERS")
+    rate.add_argument("--warmup-s", type=float, default=60.0,
+                      help="the same load first, unmeasured (the broker's JIT)")  # fmt: skip
     rate.add_argument("--connections", type=int, default=64, help="the load generator's")
     peers.add_argument("--peers", nargs="+", choices=("celery", "river"), default=None)
     gen = sub.add_parser("_generate")  # the load generator process of ``rate``
@@ -625,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     if args.scenario == "rate":
         result: Any = scenario_rate(args.rate, args.duration_s, args.workers, args.api_workers,
-                                    args.connections, args.lead_s, args.timeout_s)  # fmt: skip
+                                    args.connections, args.lead_s, args.timeout_s,
+                                    args.warmup_s)  # fmt: skip
         print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
     else:
         results = scenario_peers(args.rate, args.duration_s, args.lead_s, args.timeout_s,

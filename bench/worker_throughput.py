@@ -63,6 +63,7 @@ NOOP = "bench.worker_throughput:noop"
 PARTITIONS = 12
 WORKER_CONCURRENCY = 500
 METRICS_BASE_PORT = 19400
+SCHEDULER_METRICS_PORT = 19399
 
 
 async def noop(ctx: Any) -> None:
@@ -209,7 +210,10 @@ def start_scheduler(common: Any, tag: str) -> subprocess.Popen[bytes]:
     from bench.scheduler import wait_owned
 
     name = f"{tag}-sched"
-    proc = start_role(["scheduler"], role_env(common, DUETIME_INSTANCE_ID=name), name)
+    env = role_env(
+        common, DUETIME_INSTANCE_ID=name, DUETIME_METRICS_PORT=str(SCHEDULER_METRICS_PORT)
+    )
+    proc = start_role(["scheduler"], env, name)
     wait_owned(name, common.partitions)
     return proc
 
