@@ -49,6 +49,7 @@ from bench.common import (
     start_role,
     write_result,
 )
+from bench.rawhttp import RawHttpConnection
 
 HTTP_TARGET = {"type": "http", "url": "http://127.0.0.1:9/none"}
 
@@ -284,42 +285,6 @@ def _count_rows(common: Any) -> dict[str, int]:
 # --- API creates -----------------------------------------------------------------------------
 
 
-class _Conn:
-    """A minimal keep-alive HTTP/1.1 client connection (asyncio streams): the load generator
-    shares the cores with the API, and httpx costs about as much CPU per request as the
-    API itself (measured: /healthz tops out at ~430/s through httpx on this machine)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + body)
-        status_line = await self.reader.readline()
-        length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.lower() == b"content-length":
-                length = int(value)
-        payload = await self.reader.readexactly(length)
-        return int(status_line.split()[1]), payload
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
 async def _load_api(url: str, jobs: int, concurrency: int) -> tuple[list[float], int, float]:
     host, port = url.removeprefix("http://").split(":")
     latencies: list[float] = []
@@ -329,7 +294,7 @@ async def _load_api(url: str, jobs: int, concurrency: int) -> tuple[list[float],
 
     async def client_loop() -> None:
         nonlocal next_index, errors
-        conn = _Conn(host, int(port))
+        conn = RawHttpConnection(host, int(port))
         try:
             while next_index < jobs:
                 i = next_index
@@ -353,7 +318,7 @@ async def _load_api(url: str, jobs: int, concurrency: int) -> tuple[list[float],
     started = time.perf_counter()
     await asyncio.gather(*(client_loop() for _ in range(concurrency)))
     duration = time.perf_counter() - started
-    check = _Conn(host, int(port))
+    check = RawHttpConnection(host, int(port))
     for job_id in sample:  # read-your-writes: every sampled create is readable at once
         assert (await check.request("GET", f"/v1/jobs/{job_id}"))[0] == 200
     check.close()

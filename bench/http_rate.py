@@ -62,6 +62,7 @@ from bench.common import (
     write_result,
 )
 from bench.cpu import CpuMeter, per_job, pid_listening
+from bench.rawhttp import RawHttpConnection
 from bench.sink import Sink, delivery_figures
 
 PARTITIONS = 12
@@ -76,46 +77,6 @@ def iso_ms(unix_ms: float) -> str:
 
 
 # --- the load generator (its own process) -----------------------------------------------------
-
-
-class _Conn:
-    """A minimal keep-alive HTTP/1.1 client connection on asyncio streams: the load generator
-    shares the two cores with everything it measures, and a full client (httpx, aiohttp)
-    costs several times the CPU per request. ``Content-Length`` answers only (the API's)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + body)
-        status_line = await self.reader.readline()
-        length = 0
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        payload = await self.reader.readexactly(length)
-        parts = status_line.split()
-        if len(parts) < 2:
-            raise ValueError(f"malformed status line {status_line[:100]!r}")
-        return int(parts[1]), payload
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
 
 
 async def _generate(
@@ -154,7 +115,7 @@ async def _generate(
             queue.put_nowait(None)
 
     async def connection() -> None:
-        conn = _Conn(host, int(port))
+        conn = RawHttpConnection(host, int(port))
         try:
             while (i := await queue.get()) is not None:
                 due_ms = (t0_s + i / rate) * 1000
@@ -182,7 +143,7 @@ async def _generate(
                     except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
                         detail = f"{type(exc).__name__}: {exc}"
                         conn.close()
-                        conn = _Conn(host, int(port))
+                        conn = RawHttpConnection(host, int(port))
                 answered = time.time()
                 if status == 201:
                     created.append(i)
