@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from duetime.infra.process import listener_pid
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -55,32 +57,8 @@ def tree_cpu_s(pid: int) -> float | None:
 
 
 def pid_listening(port: int) -> int | None:
-    """The pid of the process with a TCP socket listening on ``port`` (any address), if any
-    is visible to us (root, or our own processes)."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            local, state, inode = cols[1], cols[3], cols[9]
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(inode)
-    if not inodes:
-        return None
-    targets = {f"socket:[{i}]" for i in inodes}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                if os.readlink(fd) in targets:
-                    return int(proc.name)
-        except OSError:
-            continue
-    return None
+    """The pid of the process with a TCP socket listening on ``port`` (any address)."""
+    return listener_pid(port)
 
 
 class CpuMeter:

@@ -84,16 +84,12 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
-def port_holder(port: int) -> str | None:
-    """Describe who listens on ``port`` ("pid 123 (java: ...)"), or None when nobody does.
-
-    Reads /proc/net/tcp{,6} and the /proc/<pid>/fd links; when the owning process cannot be
-    found (another user's process without root) it falls back to ``ss -ltnp``.
-    """
-    inodes = _listening_inodes(port)
-    if not inodes:
+def listener_pid(port: int) -> int | None:
+    """The pid of the process listening on TCP ``port`` (any address), when /proc shows it
+    (root, or our own processes)."""
+    targets = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not targets:
         return None
-    targets = {f"socket:[{inode}]" for inode in inodes}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -101,9 +97,23 @@ def port_holder(port: int) -> str | None:
             for fd in (proc / "fd").iterdir():
                 with contextlib.suppress(OSError):
                     if os.readlink(fd) in targets:
-                        return f"pid {proc.name} ({describe_pid(int(proc.name))})"
+                        return int(proc.name)
         except OSError:
             continue
+    return None
+
+
+def port_holder(port: int) -> str | None:
+    """Describe who listens on ``port`` ("pid 123 (java: ...)"), or None when nobody does.
+
+    Reads /proc/net/tcp{,6} and the /proc/<pid>/fd links; when the owning process cannot be
+    found (another user's process without root) it falls back to ``ss -ltnp``.
+    """
+    if not _listening_inodes(port):
+        return None
+    pid = listener_pid(port)
+    if pid is not None:
+        return f"pid {pid} ({describe_pid(pid)})"
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(
             ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, timeout=5
