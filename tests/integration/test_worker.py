@@ -78,26 +78,6 @@ def worker(settings: CommonSettings) -> Iterator[RunningWorker]:
     running.stop()
 
 
-@pytest.fixture
-def client(settings: CommonSettings) -> Iterator[JobClient]:
-    with JobClient(settings=settings) as c:
-        yield c
-
-
-@pytest.fixture
-def results(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).results], "result")
-    yield reader
-    reader.close()
-
-
-@pytest.fixture
-def dlq(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).dlq], "dead_letter")
-    yield reader
-    reader.close()
-
-
 def of_job(reader: TopicReader, job_id: str, status: str | None = None) -> list[dict[str, Any]]:
     return [
         r

@@ -122,31 +122,11 @@ def sink() -> Iterator[Sink]:
 
 
 @pytest.fixture
-def results(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).results], "result")
-    yield reader
-    reader.close()
-
-
-@pytest.fixture
-def dlq(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).dlq], "dead_letter")
-    yield reader
-    reader.close()
-
-
-@pytest.fixture
 def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
     running = RunningScheduler(SchedulerSettings(common=settings))
     wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own all")
     yield running
     running.stop()
-
-
-@pytest.fixture
-def client(settings: CommonSettings) -> Iterator[JobClient]:
-    with JobClient(settings=settings) as c:
-        yield c
 
 
 @pytest.fixture
