@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import fastavro
 import httpx
@@ -47,6 +47,9 @@ from duetime.core.errors import (
     RetryableError,
     ValidationError,
 )
+from duetime.core.records import AvroRecord
+
+R = TypeVar("R", bound=AvroRecord)
 
 MAGIC = 0xD7
 """First byte of a value framed without a registry (then a 2-byte schema version)."""
@@ -522,6 +525,42 @@ class Codec:
         if not isinstance(record, dict):  # every event schema is a record
             raise fail(f"{label}: not a record")
         return record
+
+
+    # -- typed records (duetime.core.records): what the roles use past this edge
+
+    def load(
+        self,
+        cls: type[R],
+        data: bytes,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> R:
+        """The typed record in ``data`` (``cls`` names the event type: ``ExecutionRequest``,
+        ``SchedulerState``, ...). Raises :class:`DecodeError` like :meth:`decode`, also for
+        a value whose content no record can hold (an enum symbol this build does not know)."""
+        event_type = cls.EVENT_TYPE
+        if event_type is None:
+            raise ValueError(f"{cls.__name__} is not a topic value")
+        plain = self.decode(event_type, data, topic=topic, partition=partition, offset=offset)
+        try:
+            return cls.from_avro(plain)
+        except (TypeError, ValueError) as exc:
+            raise DecodeError(
+                f"undecodable {event_type} value: {type(exc).__name__}: {exc}",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from exc
+
+    def dump(self, record: AvroRecord, *, topic: str | None = None) -> bytes:
+        """The framed Avro bytes of a typed record (see :meth:`encode`)."""
+        event_type = record.EVENT_TYPE
+        if event_type is None:
+            raise ValueError(f"{type(record).__name__} is not a topic value")
+        return self.encode(event_type, record.to_avro(), topic=topic)
 
 
 def _invalid_record(event: _Event, record: object, exc: Exception) -> ValidationError:

@@ -11,7 +11,14 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from .config import CommonSettings
@@ -138,3 +145,19 @@ def watermarks(
 
 def new_id() -> str:
     return str(uuid.uuid4())
+
+
+def read_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_records`` records, returning as soon as one is there.
+
+    ``consume(n, timeout)`` waits for n records or the whole timeout, which under a steady
+    trickle is the timeout every time; ``poll`` returns with the first record, and
+    ``consume(timeout=0)`` then takes whatever else is already fetched without waiting.
+    Error events (partition EOF, ...) are returned as they are: the caller decides.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if max_records <= 1:
+        return [first]
+    return [first, *consumer.consume(max_records - 1, 0)]

@@ -54,3 +54,53 @@ class TargetType(StrEnum):
     HTTP = "http"
     PYTHON = "python"
     KAFKA = "kafka"
+
+
+class Trigger(StrEnum):
+    """Why an execution exists."""
+
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    RETRY = "retry"
+    REPLAY = "replay"
+    RELEASE = "release"
+    MISFIRE = "misfire"
+
+
+class ControlKind(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    TRIGGER = "trigger"
+    RELEASE = "release"
+    SKIP = "skip"
+    REPLAY = "replay"
+    DAG_RUN_START = "dag_run_start"
+    DAG_RUN_END = "dag_run_end"
+
+
+class ResultStatus(StrEnum):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+class ErrorReason(StrEnum):
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    HTTP_STATUS = "http_status"
+    UNKNOWN_TARGET = "unknown_target"
+    LOST_LEASE = "lost_lease"
+    CANCELLED = "cancelled"
+
+
+class DagRunEventKind(StrEnum):
+    STARTED = "started"
+    NODE_STATUS = "node_status"
+    COMPLETED = "completed"
+
+
+class DagRunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"

@@ -7,8 +7,12 @@ the bytes. Readers of the poison topic (and tests) rely on these names.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from .redact import redact_text
 
 SOURCE_TOPIC = "duetime-source-topic"
 SOURCE_PARTITION = "duetime-source-partition"
@@ -60,3 +64,54 @@ def poison_headers(
         (ROLE, role.encode()),
     ]
     return headers
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A record ready for the poison topic: send it with the role's own producer, to the same
+    partition number it came from (the poison topic has as many partitions as the inputs)."""
+
+    key: bytes | str | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int
+    reason: str
+
+
+def park_record(
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | str | None,
+    value: bytes | None,
+    headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None,
+    error: str,
+    role: str,
+    logger: logging.Logger,
+) -> Parked:
+    """The one recipe of every role for a record it cannot use: redact and log the reason
+    (one structured warning naming where the record came from), copy the value (or say in a
+    header why it could not be copied) and the headers, and add the refusal's context.
+
+    The caller sends :class:`Parked` with its producer (a transaction, an async send, ...) and
+    counts it in its own metric."""
+    reason = redact_text(error)
+    logger.warning(
+        "bad record sent to the poison topic: %s",
+        reason,
+        extra={"topic": topic, "partition": partition, "offset": offset},
+    )
+    copy, dropped = poison_value(value)
+    return Parked(
+        key=key,
+        value=copy,
+        headers=[
+            *dropped,
+            *poison_headers(
+                headers, topic=topic, partition=partition, offset=offset, error=reason, role=role
+            ),
+        ],
+        partition=partition,
+        reason=reason,
+    )

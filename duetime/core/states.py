@@ -27,6 +27,7 @@ from duetime.core.errors import IllegalTransition
 from duetime.core.models import Status
 
 __all__ = [
+    "TERMINAL",
     "TRANSITIONS",
     "Event",
     "allowed_events",
@@ -121,6 +122,16 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
 }
 
 TRANSITIONS: Mapping[tuple[Status | None, Event], Status] = MappingProxyType(_EDGES)
+
+
+TERMINAL: frozenset[Status] = frozenset(
+    {Status.SUCCESS, Status.DEAD, Status.SKIPPED, Status.CANCELLED}
+)
+"""Statuses in which an occurrence (or a DAG node in one DAG run) has ended: nothing more
+will run for it. The one set every role uses: the scheduler forgets ended DAG runs beyond its
+cap, the resolver decides a DAG run's end, the API merges node statuses. (A recurring job
+leaves ``success``/``dead`` for its *next* occurrence; only ``cancelled`` is terminal for the
+job itself: :func:`is_terminal`.)"""
 
 
 def transition(state: Status | None, event: Event) -> Status:
