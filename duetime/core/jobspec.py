@@ -30,6 +30,8 @@ from .inputs import (
     reserved_prefixes,
 )
 from .models import Misfire, Overlap, Priority, TargetType
+from .records import HttpTarget, JobDefinition, OneTimeSchedule, PythonTarget, Target
+from .records import Schedule as ScheduleRecord
 from .redact import redact_url
 from .retry import RetryPolicy
 from .schedule import Cron, OneTime, Schedule, parse_schedule, schedule_to_dict
@@ -218,12 +220,11 @@ def _python_ref(ref: Any) -> str:
     return ref
 
 
-def target_to_api(target: Mapping[str, Any]) -> dict[str, Any]:
-    if "url" in target:
-        return {"type": "http", **target}
-    if "ref" in target:
-        return {"type": "python", **target}
-    return {"type": "kafka", **target}
+def target_to_api(target: Target) -> dict[str, Any]:
+    kind = {HttpTarget: TargetType.HTTP, PythonTarget: TargetType.PYTHON}.get(
+        type(target), TargetType.KAFKA
+    )
+    return {"type": kind.value, **target.to_avro()}
 
 
 def schedule_to_avro(schedule: Schedule | None) -> dict[str, Any] | None:
@@ -240,23 +241,27 @@ def schedule_to_avro(schedule: Schedule | None) -> dict[str, Any] | None:
     }
 
 
-def schedule_to_api(raw: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def schedule_of(raw: ScheduleRecord | None) -> Schedule | None:
+    """The computable schedule (``duetime.core.schedule``) of a schedule record."""
     if raw is None:
         return None
-    if "at_ms" in raw:
-        return schedule_to_dict(OneTime(datetime.fromtimestamp(raw["at_ms"] / 1000, tz=UTC)))
-    return schedule_to_dict(
-        Cron(
-            raw["cron"],
-            raw.get("timezone") or "UTC",
-            None
-            if raw.get("start_at_ms") is None
-            else datetime.fromtimestamp(raw["start_at_ms"] / 1000, tz=UTC),
-            None
-            if raw.get("end_at_ms") is None
-            else datetime.fromtimestamp(raw["end_at_ms"] / 1000, tz=UTC),
-        )
+    if isinstance(raw, OneTimeSchedule):
+        return OneTime(_dt(raw.at_ms))
+    return Cron(
+        raw.cron,
+        raw.timezone or "UTC",
+        None if raw.start_at_ms is None else _dt(raw.start_at_ms),
+        None if raw.end_at_ms is None else _dt(raw.end_at_ms),
     )
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def schedule_to_api(raw: ScheduleRecord | None) -> dict[str, Any] | None:
+    schedule = schedule_of(raw)
+    return None if schedule is None else schedule_to_dict(schedule)
 
 
 def build_job(
@@ -267,7 +272,7 @@ def build_job(
     revision: int | None = None,
     topic_prefix: str = RESERVED_PREFIX,
     internal: bool = False,
-) -> dict[str, Any]:
+) -> JobDefinition:
     """Validate a job body and return its ``JobDefinition`` record.
 
     ``topic_prefix``: the deployment's, reserved like ``duetime.`` (labels, Kafka target
@@ -330,7 +335,7 @@ def build_job(
         "labels": dict(labels),
     }
     _check_size(definition)
-    return definition
+    return JobDefinition.from_avro(definition)
 
 
 def _check_size(definition: Mapping[str, Any]) -> None:
@@ -353,26 +358,26 @@ def _check_size(definition: Mapping[str, Any]) -> None:
     )
 
 
-def same_job(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def same_job(a: JobDefinition, b: JobDefinition) -> bool:
     """Two definitions describe the same job (a re-create is then a no-op)."""
-    return all(a.get(f) == b.get(f) for f in CONTENT_FIELDS)
+    return all(getattr(a, f) == getattr(b, f) for f in CONTENT_FIELDS)
 
 
-def job_to_api(definition: Mapping[str, Any]) -> dict[str, Any]:
+def job_to_api(definition: JobDefinition) -> dict[str, Any]:
     """The API's view of a definition record."""
     return {
-        "job_id": definition["job_id"],
-        "name": definition["name"],
-        "schedule": schedule_to_api(definition.get("schedule")),
-        "priority": definition["priority"],
-        "target": target_to_api(definition["target"]),
-        "payload": json.loads(definition["payload_json"]),
-        "retry": dict(definition["retry"]),
-        "timeout_s": definition["timeout_s"],
-        "misfire": definition["misfire"],
-        "overlap": definition["overlap"],
-        "labels": dict(definition.get("labels") or {}),
-        "dag_id": definition.get("dag_id"),
-        "dag_key": definition.get("dag_key"),
-        "depends_on": list(definition.get("depends_on") or []),
+        "job_id": definition.job_id,
+        "name": definition.name,
+        "schedule": schedule_to_api(definition.schedule),
+        "priority": definition.priority.value,
+        "target": target_to_api(definition.target),
+        "payload": json.loads(definition.payload_json),
+        "retry": definition.retry.to_avro(),
+        "timeout_s": definition.timeout_s,
+        "misfire": definition.misfire.value,
+        "overlap": definition.overlap.value,
+        "labels": dict(definition.labels),
+        "dag_id": definition.dag_id,
+        "dag_key": definition.dag_key,
+        "depends_on": list(definition.depends_on),
     }
