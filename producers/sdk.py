@@ -4,20 +4,26 @@ Same validation as the REST API (``duetime.core.jobspec``): a bad job raises bef
 is written. Writes are keyed by job id, so every event of a job lands on the partition its
 scheduler owns. ``create_job`` waits for the broker's acknowledgement by default; pass
 ``wait=False`` for bulk loads and call :meth:`flush` (``close`` and the context manager flush).
+
+Definitions are typed records (``duetime.core.records``): :meth:`JobClient.build` returns a
+``JobDefinition``, :meth:`JobClient.build_dag` a ``DagDefinition`` and its jobs, and
+``JobCreated.definition`` / ``DagCreated.definition`` hold those records (read fields as
+attributes: ``created.definition.name``; ``.to_avro()`` gives the plain form).
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
 from duetime.core import kafka
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import CommonSettings, Env
 from duetime.core.dag import validate_dag_pairs
 from duetime.core.errors import PayloadTooLarge, RetryableError, ValidationError
@@ -26,6 +32,21 @@ from duetime.core.jobspec import (
     MAX_DEFINITION_BYTES,
     build_job,
     parse_uuid,
+    schedule_of,
+)
+from duetime.core.models import (
+    ControlKind,
+    DagRunEventKind,
+    DagRunStatus,
+    Misfire,
+    Status,
+)
+from duetime.core.records import (
+    ControlCommand,
+    DagDefinition,
+    DagNode,
+    DagRunEvent,
+    JobDefinition,
 )
 from duetime.core.schedule import first_fire
 from duetime.core.topics import Topics
@@ -42,7 +63,8 @@ class JobCreated:
     job_id: str
     status: str
     next_run_at: str | None
-    definition: dict[str, Any]
+    definition: JobDefinition
+    """The JobDefinition record that was published (typed: ``definition.name``)."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +75,8 @@ class DagCreated:
     trigger_job_id: str
     """The hidden job that starts the DAG's runs (schedule, overlap); pause it to pause them."""
     next_run_at: str | None
-    definition: dict[str, Any]
-    """The DagDefinition record."""
+    definition: DagDefinition
+    """The DagDefinition record that was published (typed: ``definition.nodes``)."""
 
 
 # Member and trigger job ids are derived from the dag_id, so re-publishing a DAG (an update)
@@ -63,6 +85,7 @@ _DAG_NS = uuid.UUID("0b5e7a52-2f3c-4d8e-9c61-3f2a9d4e7b18")
 DAG_LABEL = "duetime.dag"
 """Label of a DAG's trigger job (value: the dag_id); the scheduler starts runs from it."""
 _DAG_TRIGGER_TARGET = {"type": "python", "ref": "duetime.dag_trigger"}  # never sent to workers
+_RUN_ID_PLACEHOLDER = "00000000-0000-0000-0000-000000000000"  # a UUID: the size of a run's id
 
 
 def dag_member_job_id(dag_id: str, key: str) -> str:
@@ -81,6 +104,7 @@ class JobClient:
         topic_prefix: str | None = None,
         settings: CommonSettings | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         base = settings or CommonSettings.from_env(Env())
         if bootstrap_servers is not None:
@@ -91,20 +115,21 @@ class JobClient:
         self.topics = Topics(base.topic_prefix)
         self.codec = Codec(registry_url=base.schema_registry_url)
         self.max_payload_bytes = max_payload_bytes
+        self.clock = clock
         # acks=all: a create that was acknowledged survives a broker restart
         self._producer = kafka.producer(base, **{"acks": "all", "linger.ms": 1})
         self._errors: list[KafkaError] = []
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def build(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    def build(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> JobDefinition:
         """Validate a job without publishing it; returns its JobDefinition record."""
         body = {**(spec or {}), **fields}
-        return self._build(body, _now_ms())
+        return self._build(body, self.clock.now_ms())
 
     def _build(
         self, body: Mapping[str, Any], now_ms: int, *, internal: bool = False
-    ) -> dict[str, Any]:
+    ) -> JobDefinition:
         return build_job(
             body,
             now_ms=now_ms,
@@ -120,23 +145,23 @@ class JobClient:
         definition = self.build(spec, **fields)
         self.publish_definition(definition, wait=wait)
         return JobCreated(
-            job_id=definition["job_id"],
-            status="blocked" if definition["depends_on"] else "pending",
+            job_id=definition.job_id,
+            status=(Status.BLOCKED if definition.depends_on else Status.PENDING).value,
             next_run_at=_first_run(definition),
             definition=definition,
         )
 
     def publish_definition(
         self,
-        definition: Mapping[str, Any],
+        definition: JobDefinition,
         *,
         wait: bool = True,
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         """Publish a built definition. ``on_delivery(error_or_None)`` reports this one event's
         fate (served by :meth:`poll` / :meth:`flush`); its error is then the caller's alone."""
-        value = self.codec.encode("job", definition)
-        self._send(self.topics.jobs, definition["job_id"], value, on_delivery)
+        value = self.codec.dump(definition, topic=self.topics.jobs)
+        self._send(self.topics.jobs, definition.job_id, value, on_delivery)
         if wait:
             self.flush()
 
@@ -172,18 +197,19 @@ class JobClient:
         :meth:`publish_definition`)."""
         job_id = parse_uuid(job_id, "job_id")
         command_id = str(uuid.uuid4())
-        record = {
-            "command_id": command_id,
-            "job_id": job_id,
-            "kind": kind,
-            "issued_at_ms": _now_ms(),
-            "dag_id": dag_id,
-            "dag_run_id": dag_run_id,
-            "execution_id": execution_id,
-            "reason": reason,
-            "requested_by": requested_by,
-        }
-        self._send(self.topics.control, job_id, self.codec.encode("control", record), on_delivery)
+        record = ControlCommand(
+            command_id=command_id,
+            job_id=job_id,
+            kind=_control_kind(kind),
+            issued_at_ms=self.clock.now_ms(),
+            dag_id=dag_id,
+            dag_run_id=dag_run_id,
+            execution_id=execution_id,
+            reason=reason,
+            requested_by=requested_by,
+        )
+        value = self.codec.dump(record, topic=self.topics.control)
+        self._send(self.topics.control, job_id, value, on_delivery)
         if wait:
             self.flush()
         return command_id
@@ -198,7 +224,7 @@ class JobClient:
         schedule: Mapping[str, Any] | None = None,
         overlap: str = "skip",
         dag_id: str | None = None,
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    ) -> tuple[DagDefinition, list[JobDefinition]]:
         """Validate a DAG without publishing it: (DagDefinition, job definitions to publish).
 
         The job definitions are the members (``dag_id``, ``dag_key``, ``depends_on``, no
@@ -216,10 +242,10 @@ class JobClient:
                 raise ValidationError(f"jobs[{i}] has no 'key'", field=f"jobs[{i}].key")
         validate_dag_pairs((job["key"], job.get("depends_on") or []) for job in jobs)
         dag_id = parse_uuid(dag_id, "dag_id") if dag_id else str(uuid.uuid4())
-        now_ms = _now_ms()
+        now_ms = self.clock.now_ms()
         members = [self._member(dag_id, i, job, now_ms) for i, job in enumerate(jobs)]
         nodes = [
-            {"key": m["dag_key"], "job_id": m["job_id"], "depends_on": list(m["depends_on"])}
+            DagNode(key=m.dag_key or "", job_id=m.job_id, depends_on=list(m.depends_on))
             for m in members
         ]
         # the trigger job: the DAG's schedule and overlap policy; its payload lists the nodes
@@ -229,50 +255,44 @@ class JobClient:
                 "name": name,
                 "schedule": schedule,
                 "target": _DAG_TRIGGER_TARGET,
-                "payload": {"nodes": nodes},
+                "payload": {"nodes": [n.to_avro() for n in nodes]},
                 "overlap": overlap,
-                "misfire": "run_once",
+                "misfire": Misfire.RUN_ONCE.value,
                 "labels": {DAG_LABEL: dag_id},
             },
             now_ms,
             internal=True,  # the reserved label; the payload (node list) is sized below
         )
-        definition = {
-            "dag_id": dag_id,
-            "name": trigger["name"],
-            "revision": trigger["revision"],
-            "created_at_ms": now_ms,
-            "schedule": trigger["schedule"],
-            "overlap": trigger["overlap"],
-            "nodes": nodes,
-        }
+        definition = DagDefinition(
+            dag_id=dag_id,
+            name=trigger.name,
+            revision=trigger.revision,
+            created_at_ms=now_ms,
+            schedule=trigger.schedule,
+            overlap=trigger.overlap,
+            nodes=nodes,
+        )
         self._check_run_event_size(definition)
         return definition, [*members, trigger]
 
-    def _check_run_event_size(self, definition: Mapping[str, Any]) -> None:
+    def _check_run_event_size(self, definition: DagDefinition) -> None:
         """Refuse a DAG whose run would not fit in one record: the scheduler writes the run's
         ``started`` event (every node, its dependencies and its status) in the transaction
         that starts it, so an event over the record limit would abort that transaction, and
         every later one of its partition, forever. Measured encoded, as the scheduler will
         write it."""
-        nodes = definition["nodes"]
-        event = {
-            "dag_id": definition["dag_id"],
-            "dag_run_id": definition["dag_id"],  # a UUID: the same size as a run's id
-            "kind": "started",
-            "at_ms": definition["created_at_ms"],
-            "status": "running",
-            "node_key": None,
-            "node_status": None,
-            "node_statuses": {n["key"]: "blocked" for n in nodes},
-            "nodes": [
-                {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
-                for n in nodes
-            ],
-            "trigger_job_id": dag_trigger_job_id(definition["dag_id"]),
-        }
-        size = len(self.codec.encode("dag_run", event))
-        size = max(size, len(self.codec.encode("dag", definition)))
+        event = DagRunEvent(
+            dag_id=definition.dag_id,
+            dag_run_id=_RUN_ID_PLACEHOLDER,
+            kind=DagRunEventKind.STARTED,
+            at_ms=definition.created_at_ms,
+            status=DagRunStatus.RUNNING,
+            node_statuses={n.key: Status.BLOCKED for n in definition.nodes},
+            nodes=list(definition.nodes),
+            trigger_job_id=dag_trigger_job_id(definition.dag_id),
+        )
+        size = len(self.codec.dump(event, topic=self.topics.dag_runs))
+        size = max(size, len(self.codec.dump(definition, topic=self.topics.dags)))
         if size > MAX_DEFINITION_BYTES:
             raise PayloadTooLarge(
                 f"the DAG's run event would be {size} bytes, over the record limit of "
@@ -282,7 +302,7 @@ class JobClient:
 
     def _member(
         self, dag_id: str, index: int, job: Mapping[str, Any], now_ms: int
-    ) -> dict[str, Any]:
+    ) -> JobDefinition:
         key = job["key"]
         if job.get("schedule") is not None:
             raise ValidationError(
@@ -338,29 +358,26 @@ class JobClient:
         # members first, then the trigger job: a run never starts before its members exist
         for job in job_definitions:
             self.publish_definition(job, wait=False)
-        dag_id = definition["dag_id"]
-        self._send(self.topics.dags, dag_id, self.codec.encode("dag", definition))
-        if wait:
-            self.flush()
+        self.publish_dag_definition(definition, wait=wait)
         trigger = job_definitions[-1]
         return DagCreated(
-            dag_id=dag_id,
-            job_ids={j["dag_key"]: j["job_id"] for j in job_definitions[:-1]},
-            trigger_job_id=trigger["job_id"],
+            dag_id=definition.dag_id,
+            job_ids={j.dag_key or "": j.job_id for j in job_definitions[:-1]},
+            trigger_job_id=trigger.job_id,
             next_run_at=_first_run(trigger),
             definition=definition,
         )
 
     def publish_dag_definition(
         self,
-        definition: Mapping[str, Any],
+        definition: DagDefinition,
         *,
         wait: bool = True,
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         """Publish a DagDefinition built by :meth:`build_dag` (after its jobs)."""
-        value = self.codec.encode("dag", definition)
-        self._send(self.topics.dags, definition["dag_id"], value, on_delivery)
+        value = self.codec.dump(definition, topic=self.topics.dags)
+        self._send(self.topics.dags, definition.dag_id, value, on_delivery)
         if wait:
             self.flush()
 
@@ -430,22 +447,19 @@ class JobClient:
         self.close()
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _control_kind(kind: str) -> ControlKind:
+    try:
+        return ControlKind(kind)
+    except ValueError:
+        allowed = ", ".join(k.value for k in ControlKind)
+        raise ValidationError(f"kind {kind!r} is not one of {allowed}", field="kind") from None
 
 
-def _first_run(definition: Mapping[str, Any]) -> str | None:
-    from duetime.core.jobspec import schedule_to_api
-    from duetime.core.schedule import parse_schedule
-
-    raw = schedule_to_api(definition.get("schedule"))
-    if raw is None or definition.get("depends_on"):
+def _first_run(definition: JobDefinition) -> str | None:
+    schedule = schedule_of(definition.schedule)
+    if schedule is None or definition.depends_on:
         return None
-    from datetime import UTC, datetime
-
-    first = first_fire(
-        parse_schedule(raw), datetime.fromtimestamp(definition["created_at_ms"] / 1000, tz=UTC)
-    )
+    first = first_fire(schedule, datetime.fromtimestamp(definition.created_at_ms / 1000, tz=UTC))
     return None if first is None else first.isoformat().replace("+00:00", "Z")
 
 
