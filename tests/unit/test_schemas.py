@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from duetime.core import models
-from duetime.core.errors import DecodeError, RetryableError, ValidationError
-from duetime.schemas import codec as codec_module
+from duetime.core.errors import DecodeError, PermanentError, RetryableError, ValidationError
+from duetime.schemas import cli as schemas_cli
 from duetime.schemas.codec import (
     EVENT_TYPES,
     MAGIC,
@@ -42,6 +44,7 @@ from duetime.schemas.codec import (
     load_named_types,
     topic_event_type,
 )
+from duetime.schemas.files import fullname
 
 HISTORY = load_history(SCHEMA_DIR)
 SHORT_BY_NAME = {name: short for short, name in EVENT_TYPES.items()}
@@ -75,7 +78,7 @@ def records(schema: Any) -> st.SearchStrategy[Any]:
             return st.one_of(*[walk(branch, namespace) for branch in s])
         kind = s["type"]
         if kind in ("record", "error", "enum", "fixed"):
-            full = codec_module._fullname(s, namespace)
+            full = fullname(s, namespace)
             inner = full.rpartition(".")[0] or None
             if kind == "enum":
                 strategy: st.SearchStrategy[Any] = st.sampled_from(s["symbols"])
@@ -308,13 +311,40 @@ def test_current_schemas_are_the_latest_published_versions() -> None:
         assert sorted(versions) == list(range(1, len(versions) + 1)), name
         latest = versions[max(versions)]
         assert latest == bundle_schema(name, named), (
-            f"{name} changed without a new version: run `python -m duetime.schemas.codec freeze`"
+            f"{name} changed without a new version: run `python -m duetime.schemas freeze`"
         )
-    assert codec_module.main(["check"], out=lambda line: None) == 0
+    assert schemas_cli.main(["check"], out=lambda line: None) == 0
 
 
 def test_published_versions_are_compatible_in_sequence() -> None:
     assert history_errors() == []
+
+
+@pytest.mark.parametrize(("name", "version"), [(n, v) for n, vs in HISTORY.items() for v in vs])
+def test_every_published_version_is_compatible_with_itself(name: str, version: int) -> None:
+    schema = HISTORY[name][version]
+    assert compatibility_errors(schema, schema) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "status", "shown"),
+    [
+        ("duetime.schemas", ["check"], 0, ""),
+        ("duetime.schemas", ["check", "a", "b"], 2, "usage: python -m duetime.schemas"),
+        ("duetime.schemas", [], 2, "usage: python -m duetime.schemas"),
+        ("duetime.schemas.codec", ["check"], 0, ""),  # the former name still runs the command
+        ("duetime.schemas.codec", ["nope"], 2, "usage: python -m duetime.schemas"),
+    ],
+)
+def test_the_command_runs_as_a_module(
+    module: str, args: list[str], status: int, shown: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == status, done.stdout + done.stderr
+    assert shown in done.stdout
+    assert "Warning" not in done.stderr
 
 
 _PAIRS = [
@@ -378,14 +408,15 @@ def test_a_compatible_change_is_published_as_a_new_version(codec: Codec, tmp_pat
     with pytest.raises(RuntimeError, match="freeze"):
         Codec(schema_dir=schema_dir)  # an unrecorded change refuses to start
     lines: list[str] = []
-    assert codec_module.main(["check", str(schema_dir)], out=lines.append) == 1
-    assert codec_module.main(["freeze", str(schema_dir)], out=lines.append) == 0
+    assert schemas_cli.main(["check", str(schema_dir)], out=lines.append) == 1
+    assert schemas_cli.main(["freeze", str(schema_dir)], out=lines.append) == 0
 
     # a shared type changed: every event that embeds it gets a new version, the others do not
     new = Codec(schema_dir=schema_dir)
     bumped = {short for short in EVENT_TYPES if new.version(short) == codec.version(short) + 1}
     assert bumped == {"result", "state", "dead_letter"}
-    assert codec_module.main(["check", str(schema_dir)], out=lines.append) == 0
+    assert not list((schema_dir / "history").glob("*.partial"))  # written aside, then renamed
+    assert schemas_cli.main(["check", str(schema_dir)], out=lines.append) == 0
 
     old_bytes = codec.encode(
         "result",
@@ -411,7 +442,7 @@ def test_an_incompatible_change_is_refused(tmp_path: Path) -> None:
     required = {"name": "tenant", "type": "string", "doc": "Owner, no default."}
     _edit(schema_dir, "DagNode", lambda s: s["fields"].append(required))
     lines: list[str] = []
-    assert codec_module.main(["freeze", str(schema_dir)], out=lines.append) == 1
+    assert schemas_cli.main(["freeze", str(schema_dir)], out=lines.append) == 1
     assert any("tenant: new field without a default" in line for line in lines)
     assert sorted(p.name for p in (schema_dir / "history").iterdir()) == sorted(
         p.name for p in (SCHEMA_DIR / "history").iterdir()
@@ -628,3 +659,35 @@ def test_registry_unreachable_is_retryable() -> None:
         pytest.raises(RetryableError, match="schema registry"),
     ):
         codec.encode("execution", execution_record(), topic="duetime.exec.high")
+
+
+def test_registry_schemas_that_cannot_be_used_are_decode_errors(
+    registry: tuple[str, type[_Registry]], codec: Codec
+) -> None:
+    url, handler = registry
+    good = codec.encode("execution", execution_record())
+    handler.schemas.extend(
+        [
+            json.dumps({"type": "record", "name": "duetime.Broken", "fields": [{"type": "x"}]}),
+            json.dumps({"type": "record", "name": "duetime.Other", "fields": []}),  # not ours
+        ]
+    )
+    with Codec(registry_url=url) as consumer:
+        for schema_id, problem in ((1, "not usable"), (2, "schema id 2")):
+            framed = bytes([0]) + schema_id.to_bytes(4, "big") + good[3:]
+            with pytest.raises(DecodeError, match=problem) as caught:
+                consumer.decode("execution", framed, **WHERE)
+            assert caught.value.offset == 42
+
+
+def test_a_registry_answer_that_is_not_a_schema_is_a_permanent_error(
+    registry: tuple[str, type[_Registry]], codec: Codec
+) -> None:
+    url, handler = registry
+    good = codec.encode("execution", execution_record())
+    handler.schemas.append('"a string, not a schema object"')
+    with (
+        Codec(registry_url=url) as consumer,
+        pytest.raises(PermanentError, match="schema id 1: not a schema"),
+    ):
+        consumer.decode("execution", b"\x00\x00\x00\x00\x01" + good[3:], **WHERE)
