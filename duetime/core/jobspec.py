@@ -279,19 +279,68 @@ def build_job(
     topics). ``internal``: the SDK building a DAG's trigger job, the one caller that may set
     a reserved label.
     """
+    _check_keys(body)
+    prefixes = reserved_prefixes(topic_prefix)
+    # checked in this order, so a body with several faults is told about the same one first
+    name = check_text(body.get("name"), "name", max_chars=200)
+    job_id = _optional_uuid(body.get("job_id"), "job_id") or str(uuid.uuid4())
+    schedule = _schedule(body.get("schedule"))
+    payload_json = _payload_json(body.get("payload"), max_payload_bytes)
+    retry = RetryPolicy.from_dict(body.get("retry"))
+    timeout_s = check_number(
+        body.get("timeout_s", 300), "timeout_s", lo=0, hi=MAX_TIMEOUT_S, lo_open=True
+    )
+    labels = _labels(body.get("labels"), prefixes, internal=internal)
+    depends_on = _depends_on(body.get("depends_on"))
+    dag_key = _dag_key(body.get("dag_key"))
+    definition = {
+        "job_id": job_id,
+        "name": name,
+        "revision": now_ms * 1000 if revision is None else revision,
+        "created_at_ms": now_ms,
+        "updated_at_ms": now_ms,
+        "schedule": schedule,
+        "priority": _choice(body, "priority", Priority, Priority.NORMAL.value),
+        "target": _target(body.get("target"), prefixes),
+        "payload_json": payload_json,
+        "retry": retry.to_dict(),
+        "timeout_s": float(timeout_s),
+        "misfire": _choice(body, "misfire", Misfire, Misfire.RUN_ONCE.value),
+        "overlap": _choice(body, "overlap", Overlap, Overlap.SKIP.value),
+        "dag_id": _optional_uuid(body.get("dag_id"), "dag_id", empty_is_none=False),
+        "dag_key": dag_key,
+        "depends_on": depends_on,
+        "labels": labels,
+    }
+    _check_size(definition)
+    return JobDefinition.from_avro(definition)
+
+
+def _schedule(raw: Any) -> dict[str, Any] | None:
+    return None if raw is None else schedule_to_avro(parse_schedule(raw))
+
+
+def _check_keys(body: Any) -> None:
     if not isinstance(body, Mapping):
         raise ValidationError("a job must be a JSON object", field="")
     unknown = sorted(k for k in body if k not in _KEYS)
     if unknown:
         raise ValidationError(f"unknown job field(s): {', '.join(unknown)}", field=unknown[0])
-    prefixes = reserved_prefixes(topic_prefix)
-    name = check_text(body.get("name"), "name", max_chars=200)
-    job_id = parse_uuid(body["job_id"], "job_id") if body.get("job_id") else str(uuid.uuid4())
-    schedule = None if body.get("schedule") is None else parse_schedule(body["schedule"])
-    check_json_value(body.get("payload"), "payload")
+
+
+def _optional_uuid(value: Any, field: str, *, empty_is_none: bool = True) -> str | None:
+    """A UUID field that may be left out: ``null`` (and, with ``empty_is_none``, any falsy
+    value, as ``job_id`` always took it) means none given."""
+    if value is None or (empty_is_none and not value):
+        return None
+    return parse_uuid(value, field)
+
+
+def _payload_json(payload: Any, max_payload_bytes: int) -> str:
+    check_json_value(payload, "payload")
     try:
         payload_json = json.dumps(
-            body.get("payload"), separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as exc:  # e.g. an int of more digits than str() allows
         raise ValidationError(f"payload is not JSON: {exc}", field="payload") from None
@@ -301,41 +350,26 @@ def build_job(
             f"payload is {size} bytes, over the limit of {max_payload_bytes}",
             details={"field": "payload", "size_bytes": size, "limit_bytes": max_payload_bytes},
         )
-    retry = RetryPolicy.from_dict(body.get("retry"))
-    timeout_s = check_number(
-        body.get("timeout_s", 300), "timeout_s", lo=0, hi=MAX_TIMEOUT_S, lo_open=True
-    )
-    labels = body.get("labels") or {}
+    return payload_json
+
+
+def _labels(raw: Any, prefixes: tuple[str, ...], *, internal: bool) -> dict[str, str]:
+    labels = raw or {}
     check_labels(labels, prefixes=prefixes, allow_reserved=internal)
-    depends_on = body.get("depends_on") or []
+    return dict(labels)
+
+
+def _depends_on(raw: Any) -> list[str]:
+    depends_on = raw or []
     if not isinstance(depends_on, list) or not all(isinstance(d, str) for d in depends_on):
         raise ValidationError("depends_on must be a list of job keys", field="depends_on")
     for key in depends_on:
         check_text(key, "depends_on", max_chars=200)
-    dag_key = body.get("dag_key")
-    if dag_key is not None:
-        check_text(dag_key, "dag_key", max_chars=200)
-    definition = {
-        "job_id": job_id,
-        "name": name,
-        "revision": now_ms * 1000 if revision is None else revision,
-        "created_at_ms": now_ms,
-        "updated_at_ms": now_ms,
-        "schedule": schedule_to_avro(schedule),
-        "priority": _choice(body, "priority", Priority, Priority.NORMAL.value),
-        "target": _target(body.get("target"), prefixes),
-        "payload_json": payload_json,
-        "retry": retry.to_dict(),
-        "timeout_s": float(timeout_s),
-        "misfire": _choice(body, "misfire", Misfire, Misfire.RUN_ONCE.value),
-        "overlap": _choice(body, "overlap", Overlap, Overlap.SKIP.value),
-        "dag_id": None if body.get("dag_id") is None else parse_uuid(body["dag_id"], "dag_id"),
-        "dag_key": dag_key,
-        "depends_on": list(depends_on),
-        "labels": dict(labels),
-    }
-    _check_size(definition)
-    return JobDefinition.from_avro(definition)
+    return list(depends_on)
+
+
+def _dag_key(raw: Any) -> str | None:
+    return None if raw is None else check_text(raw, "dag_key", max_chars=200)
 
 
 def _check_size(definition: Mapping[str, Any]) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from duetime.core.errors import DuetimeError, InvalidSchedule, PayloadTooLarge, ValidationError
 from duetime.core.inputs import check_number, json_depth
 from duetime.core.jobspec import build_job
+from duetime.core.records import JobDefinition, PythonTarget
 from duetime.core.redact import escape_control, redact_headers, redact_text, redact_url
 from duetime.core.schedule import Cron, next_fire
 
@@ -24,7 +25,7 @@ HTTP_TARGET = {"type": "http", "url": "https://example.com/hook"}
 BASE: dict[str, Any] = {"name": "n", "target": HTTP_TARGET}
 
 
-def build(**fields: Any) -> dict[str, Any]:
+def build(**fields: Any) -> JobDefinition:
     return build_job({**BASE, **fields}, now_ms=NOW_MS, topic_prefix="acme.")
 
 
@@ -40,8 +41,8 @@ def test_reserved_labels_are_refused_unless_internal() -> None:
     refused("labels", labels={"DUETIME.anything": "x"})
     refused("labels", labels={"acme.x": "x"})  # the deployment's topic prefix too
     ok = build_job({**BASE, "labels": {"duetime.dag": "d"}}, now_ms=NOW_MS, internal=True)
-    assert ok["labels"] == {"duetime.dag": "d"}
-    assert build(labels={"team": "billing"})["labels"] == {"team": "billing"}
+    assert ok.labels == {"duetime.dag": "d"}
+    assert build(labels={"team": "billing"}).labels == {"team": "billing"}
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,7 @@ def test_python_refs_into_the_stdlib_or_private_names_are_refused(ref: str) -> N
 
 @pytest.mark.parametrize("ref", ["send-invoice", "myapp.tasks:send_invoice", "etl:extract"])
 def test_task_names_and_module_refs_pass(ref: str) -> None:
-    assert build(target={"type": "python", "ref": ref})["target"] == {"ref": ref}
+    assert build(target={"type": "python", "ref": ref}).target == PythonTarget(ref=ref)
 
 
 @pytest.mark.parametrize(
