@@ -35,22 +35,25 @@ partition is computed here (:func:`librdkafka_partition`) and passed explicitly.
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.dag import children, validate_dag
 from duetime.core.errors import CONTENT_ERRORS
-from duetime.core.poison import PRODUCER_MAX_BYTES, poison_headers, poison_value
+from duetime.core.models import ControlKind, DagRunEventKind, ResultStatus, Status
+from duetime.core.poison import PRODUCER_MAX_BYTES, park_record
+from duetime.core.records import DagRunEvent, DeadLetter, ExecutionResult
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import metrics, progress
+from .progress import Progress, Shape
 from .settings import TABLES, ResolverSettings
 
 log = logging.getLogger("duetime.resolver")
@@ -59,6 +62,12 @@ SWEEP = "sweep"
 """On the by_run topic: a retention marker (header value and key), not an event of a run."""
 EVENT_HEADER = "duetime-event"
 """On the by_run topic: the Avro event type of the value (result, dead_letter, dag_run)."""
+
+Input: TypeAlias = ExecutionResult | DeadLetter | DagRunEvent
+INPUTS: Mapping[str, type[Input]] = {
+    cls.EVENT_TYPE: cls for cls in (ExecutionResult, DeadLetter, DagRunEvent) if cls.EVENT_TYPE
+}
+"""The event types the resolver reads (its input topics' values), by name."""
 
 
 def librdkafka_partition(key: str, partitions: int) -> int:
@@ -95,7 +104,7 @@ class ResolverApp(faust.App):
 # --- the app -------------------------------------------------------------------------------
 
 
-def build_app(settings: ResolverSettings, data_dir: Path) -> faust.App:
+def build_app(settings: ResolverSettings, data_dir: Path, clock: Clock = SYSTEM_CLOCK) -> faust.App:
     """A configured resolver app with its agents registered (nothing runs until a worker).
 
     ``data_dir``: where faust keeps its local files (nothing durable with the memory store;
@@ -124,16 +133,19 @@ def build_app(settings: ResolverSettings, data_dir: Path) -> faust.App:
         web_enabled=False,
         autodiscover=False,
     )
-    Resolver(app, settings)
+    Resolver(app, settings, clock)
     return app
 
 
 class Resolver:
     """The two agents and the tables, registered on ``app`` explicitly."""
 
-    def __init__(self, app: faust.App, settings: ResolverSettings) -> None:
+    def __init__(
+        self, app: faust.App, settings: ResolverSettings, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         common = settings.common
         self.app = app
+        self.clock = clock
         self.partitions = common.partitions
         self.codec = Codec(registry_url=common.schema_registry_url)
         self.topics = Topics(common.topic_prefix)
@@ -164,14 +176,14 @@ class Resolver:
         async for event in stream.events():
             message = event.message
             topic = message.topic
-            event_type = self.topics.event_type_of(topic)
+            event_type = self.topics.event_type_of(topic) or ""
             try:
-                record = self.codec.decode(
-                    event_type or "", event.value, topic=topic, partition=message.partition
+                record = self.codec.load(
+                    INPUTS[event_type], event.value, topic=topic, partition=message.partition
                 )
-                run_id = _run_of(event_type, record)
-                if event_type == "dag_run" and run_id is not None:
-                    validate_dag({n["key"]: n["depends_on"] for n in record["nodes"]})
+                run_id = _run_of(record)
+                if isinstance(record, DagRunEvent) and run_id is not None:
+                    validate_dag({n.key: n.depends_on for n in record.nodes})
             except CONTENT_ERRORS as exc:
                 await self._park(message, f"{type(exc).__name__}: {exc}")
                 continue
@@ -179,7 +191,7 @@ class Resolver:
                 await self.by_run.send(
                     key=run_id.encode(),
                     value=event.value,
-                    headers={EVENT_HEADER: (event_type or "").encode()},
+                    headers={EVENT_HEADER: event_type.encode()},
                 )
 
     # --- agent 2: one run's events, in order -----------------------------------------------
@@ -189,86 +201,90 @@ class Resolver:
             try:
                 event_type = _header(event.message.headers, EVENT_HEADER)
                 if event_type == SWEEP:
-                    self.sweep(event.message.partition, _now_ms())
+                    self.sweep(event.message.partition, self.clock.now_ms())
                     continue
                 run_id = event.key.decode()
-                record = self.codec.decode(event_type, event.value, topic=event.message.topic)
-                actions = self.apply(run_id, event_type, record, _now_ms(), event.message.partition)
+                record = self.codec.load(INPUTS[event_type], event.value, topic=event.message.topic)
+                actions = self.apply(run_id, record, self.clock.now_ms(), event.message.partition)
             except CONTENT_ERRORS as exc:
                 await self._park(event.message, f"{type(exc).__name__}: {exc}")
                 continue
-            for command in actions.commands:
-                metrics.COMMANDS.labels(kind=command["kind"]).inc()
-                await self.control.send(
-                    key=command["job_id"].encode(),
-                    value=self.codec.encode("control", command),
-                    partition=librdkafka_partition(command["job_id"], self.partitions),
-                )
-            for dag_event in actions.events:
-                if dag_event["kind"] == "completed":
-                    metrics.RUNS_COMPLETED.labels(outcome=dag_event["status"]).inc()
-                await self.dag_runs.send(
-                    key=dag_event["dag_id"].encode(),
-                    value=self.codec.encode("dag_run", dag_event),
-                    partition=librdkafka_partition(dag_event["dag_id"], self.partitions),
-                )
-            if event_type == "result" and record["status"] == "success":
-                finished_ms = record.get("finished_at_ms")
-                if finished_ms and any(c["kind"] == "release" for c in actions.commands):
-                    metrics.RELEASE_DELAY.observe(max(0, _now_ms() - finished_ms) / 1000)
+            await self._send(actions)
+            if isinstance(record, ExecutionResult) and record.status is ResultStatus.SUCCESS:
+                finished_ms = record.finished_at_ms
+                if finished_ms and any(c.kind is ControlKind.RELEASE for c in actions.commands):
+                    delay_ms = max(0, self.clock.now_ms() - finished_ms)
+                    metrics.RELEASE_DELAY.observe(delay_ms / 1000)
+
+    async def _send(self, actions: progress.Actions) -> None:
+        """The commands to the control topic, the events to dag_runs, each to the partition
+        the SDK's producer would have chosen for its key (see the module's docstring)."""
+        for command in actions.commands:
+            metrics.COMMANDS.labels(kind=command.kind.value).inc()
+            await self.control.send(
+                key=command.job_id.encode(),
+                value=self.codec.dump(command, topic=self.topics.control),
+                partition=librdkafka_partition(command.job_id, self.partitions),
+            )
+        for dag_event in actions.events:
+            if dag_event.kind is DagRunEventKind.COMPLETED and dag_event.status is not None:
+                metrics.RUNS_COMPLETED.labels(outcome=dag_event.status.value).inc()
+            await self.dag_runs.send(
+                key=dag_event.dag_id.encode(),
+                value=self.codec.dump(dag_event, topic=self.topics.dag_runs),
+                partition=librdkafka_partition(dag_event.dag_id, self.partitions),
+            )
 
     async def _park(self, message: Any, error: str) -> None:
         """Copy a record the resolver cannot use to the poison topic; the stream moves on."""
-        topic, partition, offset = message.topic, message.partition, message.offset
-        metrics.BAD_RECORDS.labels(topic=topic).inc()
-        log.warning(
-            "bad record sent to the poison topic: %s",
-            error,
-            extra={"topic": topic, "partition": partition, "offset": offset},
-        )
-        value, dropped = poison_value(message.value)
-        headers = dropped + poison_headers(
-            message.headers,
-            topic=topic,
-            partition=partition,
-            offset=offset,
+        parked = park_record(
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            value=message.value,
+            headers=message.headers,
             error=error,
             role="resolver",
+            logger=log,
         )
-        await self.poison.send(key=message.key, value=value, partition=partition, headers=headers)
+        metrics.BAD_RECORDS.labels(topic=message.topic).inc()
+        await self.poison.send(
+            key=parked.key, value=parked.value, partition=parked.partition, headers=parked.headers
+        )
 
-    def apply(
-        self, run_id: str, event_type: str, record: dict[str, Any], now_ms: int, partition: int
-    ) -> Any:
+    def apply(self, run_id: str, record: Input, now_ms: int, partition: int) -> progress.Actions:
         """Apply one event to the run's tables; returns the Actions to send."""
         stored = self.progress.get(run_id)
+        # a fresh object each time: the table's entry is never mutated in place
         state = (
-            progress.new_progress(run_id, record.get("dag_id"), now_ms)
+            progress.new_progress(run_id, record.dag_id, now_ms)
             if stored is None
-            else {**stored, "statuses": dict(stored["statuses"])}  # never mutate the store
+            else Progress.from_table(stored)
         )
-        state["partition"] = partition  # which sweep may drop it (see ``sweep``)
-        shape = self.shapes.get(run_id)
-        if event_type == "dag_run":
+        state.partition = partition  # which sweep may drop it (see ``sweep``)
+        stored_shape = self.shapes.get(run_id)
+        shape = None if stored_shape is None else Shape.from_table(stored_shape)
+        if isinstance(record, DagRunEvent):
             metrics.EVENTS.labels(kind="started").inc()
-            if shape is None and state["done"] is None:
-                shape = progress.shape_of(record)
-                self.shapes[run_id] = shape
+            if shape is None and state.done is None:
+                shape = Shape.of(record)
+                self.shapes[run_id] = shape.to_table()
             actions = progress.on_started(state, shape, self._children(run_id, shape), now_ms)
         else:
-            key, status = _node_of(event_type, record, shape)
-            metrics.EVENTS.labels(kind=status).inc()
+            key, status = _node_of(record, shape)
+            metrics.EVENTS.labels(kind=status.value).inc()
             if key is None:
                 log.warning(
                     "a DAG-run result without a dag_key ignored",
-                    extra={"dag_run_id": run_id, "job_id": record.get("job_id")},
+                    extra={"dag_run_id": run_id, "job_id": record.job_id},
                 )
                 return progress.Actions()
             kids = None if shape is None else self._children(run_id, shape)
             actions = progress.on_node(state, shape, kids, key, status, now_ms)
         if actions.progress_changed:
-            self.progress[run_id] = state
-        if state["done"] is not None and shape is not None:
+            self.progress[run_id] = state.to_table()
+        if state.done is not None and shape is not None:
             # the run is over: only its progress (statuses, outcome) is kept
             del self.shapes[run_id]
             self._kids.pop(run_id, None)
@@ -288,8 +304,9 @@ class Resolver:
         to the changelog partition the entries were written to."""
         s = self.settings
         dropped = 0
-        for run_id, state in list(self.progress.items()):
-            if state.get("partition") != partition:
+        for run_id, stored in list(self.progress.items()):
+            state = Progress.from_table(stored)
+            if state.partition != partition:
                 continue
             has_shape = self.shapes.get(run_id) is not None
             if progress.expired(
@@ -308,47 +325,44 @@ class Resolver:
             log.info("swept %s expired DAG runs", dropped, extra={"partition": partition})
         return dropped
 
-    def _children(self, run_id: str, shape: dict[str, Any] | None) -> Mapping[str, list[str]]:
+    def _children(self, run_id: str, shape: Shape | None) -> Mapping[str, list[str]]:
         if shape is None:
             return {}
         kids = self._kids.get(run_id)
         if kids is None:
-            kids = self._kids[run_id] = children(shape["nodes"])
+            kids = self._kids[run_id] = children(shape.nodes)
         return kids
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _run_of(event_type: str | None, record: dict[str, Any]) -> str | None:
-    """The dag_run_id of a record the resolver cares about, or None."""
-    if event_type == "dag_run":
-        return record["dag_run_id"] if record["kind"] == "started" else None
-    if event_type in ("result", "dead_letter"):
-        run_id: str | None = record.get("dag_run_id")
-        return run_id
-    return None
+def _run_of(record: Input) -> str | None:
+    """The dag_run_id of a record the resolver acts on, or None (a DAG run event other than
+    ``started`` is the resolver's own output, or the projector's business)."""
+    if isinstance(record, DagRunEvent):
+        return record.dag_run_id if record.kind is DagRunEventKind.STARTED else None
+    return record.dag_run_id
 
 
-_RESULT_STATUS: dict[str, progress.NodeEvent] = {
-    "running": "running",
-    "success": "success",
-    "failure": "failed",
+_RESULT_STATUS: dict[ResultStatus, progress.NodeEvent] = {
+    ResultStatus.RUNNING: Status.RUNNING,
+    ResultStatus.SUCCESS: Status.SUCCESS,
+    ResultStatus.FAILURE: Status.FAILED,
 }
 
 
 def _node_of(
-    event_type: str, record: dict[str, Any], shape: dict[str, Any] | None
+    record: ExecutionResult | DeadLetter, shape: Shape | None
 ) -> tuple[str | None, progress.NodeEvent]:
-    if event_type == "dead_letter":
-        key = record["request"].get("dag_key")
-        status: progress.NodeEvent = "dead"
+    status: progress.NodeEvent
+    if isinstance(record, DeadLetter):
+        key, status = record.request.dag_key, Status.DEAD
     else:
-        key = record.get("dag_key")
-        status = _RESULT_STATUS[record["status"]]
+        key, status = record.dag_key, _RESULT_STATUS[record.status]
     if key is None and shape is not None:
-        by_job = {job_id: k for k, job_id in shape["job_ids"].items()}
-        key = by_job.get(record["job_id"])
+        by_job = {job_id: k for k, job_id in shape.job_ids.items()}
+        key = by_job.get(record.job_id)
     return key, status
 
 
@@ -358,7 +372,3 @@ def _header(headers: Any, name: str) -> str:
         if key == name:
             return bytes(value).decode()
     raise KeyError(f"record without the {name} header")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

@@ -3,18 +3,25 @@
 No clock, no I/O: the caller passes ``now_ms`` and applies the returned :class:`Actions`
 (control commands to the scheduler, DagRunEvents for the dag_runs topic).
 
-A run has two records, both plain JSON-able dicts kept in faust tables keyed by dag_run_id:
+A run has two records, kept in faust tables keyed by dag_run_id as plain JSON-able dicts
+(``to_table`` / ``from_table``: the dict has the dataclass's fields, so entries written by an
+earlier build restore unchanged):
 
-- its **shape** (written once, from the run's ``started`` event): the nodes with their job ids
-  and upstreams as they were when the run started, and the DAG's trigger job;
-- its **progress** (rewritten by every event): the status of every node heard of so far,
+- its :class:`Shape` (written once, from the run's ``started`` event): the nodes with their job
+  ids and upstreams as they were when the run started, and the DAG's trigger job;
+- its :class:`Progress` (rewritten by every event): the status of every node heard of so far,
   whether the run is done, and with what outcome. Events that arrive before the run's
   ``started`` event (they travel on other topics) are recorded here and acted upon as soon
   as the shape is known.
 
 Node statuses: ``pending`` (released), ``running``, ``failed`` (an attempt failed, a retry may
 come: only the scheduler knows, and it says ``dead`` on the DLQ when none will), and the
-terminal ``success``, ``dead``, ``skipped``. A terminal status never changes.
+terminal ones (``duetime.core.states.TERMINAL``): ``success``, ``dead``, ``skipped``; no event
+the resolver reads says ``cancelled`` (a result says running/success/failure, a dead letter
+dead), so a node never has it here. A terminal status never changes.
+
+Releases and skips are decided by ``duetime.core.dag`` (:func:`ready_to_release`,
+:func:`to_skip`, :func:`run_outcome`): the functions its property tests check.
 
 Idempotence (the resolver runs at-least-once): what an event implies is derived from the
 progress *after* the event, whether or not the event changed anything. A redelivered event
@@ -27,32 +34,35 @@ a node is released by the success of its last upstream only.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from duetime.core.dag import descendants, run_outcome
+from duetime.core.dag import ready_to_release, run_outcome, to_skip
+from duetime.core.models import ControlKind, DagRunEventKind, DagRunStatus, Status
+from duetime.core.records import ControlCommand, DagRunEvent
+from duetime.core.states import TERMINAL
 
-Record = dict[str, Any]
 Kids = Mapping[str, Sequence[str]]
 """A shape's child map (``duetime.core.dag.children`` of its nodes), computed by the caller."""
 
-TERMINAL = frozenset({"success", "dead", "skipped"})
-STARTED = frozenset({"running", "failed"})
+STARTED = frozenset({Status.RUNNING, Status.FAILED})
 """A released node that a worker has picked up: releasing it again is pointless."""
+_NOT_RELEASABLE = TERMINAL | STARTED
+_SUCCEEDED = frozenset({Status.SUCCESS})
 
 _COMMAND_NS = uuid.UUID("a3c6c1c4-8b4e-4f0e-b3a0-57d3d3f2c6a1")
 
-NodeEvent = Literal["running", "failed", "success", "dead"]
+NodeEvent = Literal[Status.RUNNING, Status.FAILED, Status.SUCCESS, Status.DEAD]
 
 
 @dataclass
 class Actions:
     """What one event asks the resolver to write."""
 
-    commands: list[Record] = field(default_factory=list)
+    commands: list[ControlCommand] = field(default_factory=list)
     """ControlCommands (release, skip, dag_run_end), for the control topic (key job_id)."""
-    events: list[Record] = field(default_factory=list)
+    events: list[DagRunEvent] = field(default_factory=list)
     """DagRunEvents (node_status, completed), for the dag_runs topic (key dag_id)."""
     progress_changed: bool = False
 
@@ -60,49 +70,97 @@ class Actions:
 # --- records -------------------------------------------------------------------------------
 
 
-def new_progress(run_id: str, dag_id: str | None, now_ms: int) -> Record:
-    return {
-        "run_id": run_id,
-        "dag_id": dag_id,
-        "statuses": {},
-        "done": None,
-        "trigger_job_id": None,
-        "seen_at_ms": now_ms,
-        "ended_at_ms": None,
-    }
+@dataclass(slots=True, frozen=True, kw_only=True)
+class Shape:
+    """A run's nodes as they were when it started (never changes)."""
+
+    dag_id: str
+    trigger_job_id: str | None
+    started_at_ms: int
+    nodes: dict[str, list[str]]
+    """key → the keys it depends on."""
+    job_ids: dict[str, str]
+    """key → the node's job id."""
+
+    @classmethod
+    def of(cls, started: DagRunEvent) -> Shape:
+        """A run's shape from its ``started`` DagRunEvent."""
+        return cls(
+            dag_id=started.dag_id,
+            trigger_job_id=started.trigger_job_id,
+            started_at_ms=started.at_ms,
+            nodes={n.key: list(n.depends_on) for n in started.nodes},
+            job_ids={n.key: n.job_id for n in started.nodes},
+        )
+
+    def to_table(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_table(cls, data: Mapping[str, Any]) -> Shape:
+        return cls(**data)
 
 
-def shape_of(started: Record) -> Record:
-    """A run's shape from its ``started`` DagRunEvent."""
-    return {
-        "dag_id": started["dag_id"],
-        "trigger_job_id": started.get("trigger_job_id"),
-        "started_at_ms": started["at_ms"],
-        "nodes": {n["key"]: list(n["depends_on"]) for n in started["nodes"]},
-        "job_ids": {n["key"]: n["job_id"] for n in started["nodes"]},
-    }
+@dataclass(slots=True, kw_only=True)
+class Progress:
+    """A run's progress (mutable: the transform edits a fresh copy of the table's entry)."""
+
+    run_id: str
+    dag_id: str | None
+    statuses: dict[str, Status] = field(default_factory=dict)
+    done: DagRunStatus | None = None
+    """The run's outcome once every node is terminal (success or failed)."""
+    trigger_job_id: str | None = None
+    seen_at_ms: int
+    ended_at_ms: int | None = None
+    partition: int | None = None
+    """The by_run partition whose sweep may drop it (set by the app)."""
+
+    def to_table(self) -> dict[str, Any]:
+        """Plain strings for the enums: the table's JSON serializer need not know them."""
+        return {
+            **asdict(self),
+            "statuses": {key: status.value for key, status in self.statuses.items()},
+            "done": None if self.done is None else self.done.value,
+        }
+
+    @classmethod
+    def from_table(cls, data: Mapping[str, Any]) -> Progress:
+        """Back from the table's JSON (enums come back as strings)."""
+        values = dict(data)
+        statuses = values.pop("statuses", None) or {}
+        done = values.pop("done", None)
+        return cls(
+            statuses={key: Status(status) for key, status in statuses.items()},
+            done=None if done is None else DagRunStatus(done),
+            **values,
+        )
+
+
+def new_progress(run_id: str, dag_id: str | None, now_ms: int) -> Progress:
+    return Progress(run_id=run_id, dag_id=dag_id, seen_at_ms=now_ms)
 
 
 # --- events --------------------------------------------------------------------------------
 
 
-def on_started(progress: Record, shape: Record | None, kids: Kids, now_ms: int) -> Actions:
+def on_started(progress: Progress, shape: Shape | None, kids: Kids, now_ms: int) -> Actions:
     """The run's shape became known: act on everything heard before it (usually nothing).
 
     ``shape`` is None only for a redelivered started event of a run already finished.
     """
     out = Actions()
-    if progress["done"] is not None or shape is None:
+    if progress.done is not None or shape is None:
         _completion(progress, now_ms, out)
         return out
-    progress["dag_id"] = shape["dag_id"]
-    statuses = progress["statuses"]
-    for key in [k for k in statuses if k not in shape["nodes"]]:
+    progress.dag_id = shape.dag_id
+    statuses = progress.statuses
+    for key in [k for k in statuses if k not in shape.nodes]:
         del statuses[key]  # not a node of this run (cannot happen with well-formed events)
     for key, status in list(statuses.items()):
-        if status == "success":
+        if status == Status.SUCCESS:
             _release_children(progress, shape, kids, key, now_ms, out)
-        elif status == "dead":
+        elif status == Status.DEAD:
             _skip_descendants(progress, shape, kids, key, now_ms, out)
     _maybe_complete(progress, shape, now_ms, out)
     out.progress_changed = True
@@ -110,8 +168,8 @@ def on_started(progress: Record, shape: Record | None, kids: Kids, now_ms: int) 
 
 
 def on_node(
-    progress: Record,
-    shape: Record | None,
+    progress: Progress,
+    shape: Shape | None,
     kids: Kids | None,
     key: str,
     status: NodeEvent,
@@ -122,13 +180,13 @@ def on_node(
     ``shape`` and ``kids`` are None while the run's started event has not been seen.
     """
     out = Actions()
-    if progress["done"] is not None:
+    if progress.done is not None:
         # a redelivered event of a finished run: say again how it ended, change nothing
         _completion(progress, now_ms, out)
         return out
-    if shape is not None and key not in shape["nodes"]:
+    if shape is not None and key not in shape.nodes:
         return out
-    statuses = progress["statuses"]
+    statuses = progress.statuses
     current = statuses.get(key)
     if current in TERMINAL and current != status:
         return out  # terminal statuses do not change (e.g. a late "running" after success)
@@ -137,10 +195,10 @@ def on_node(
         out.progress_changed = True
     if shape is None or kids is None:
         return out  # remembered until the run's started event arrives
-    out.events.append(_node_event(progress, key, status, now_ms))
-    if status == "success":
+    out.events.append(_node_event(shape, progress, key, status, now_ms))
+    if status == Status.SUCCESS:
         _release_children(progress, shape, kids, key, now_ms, out)
-    elif status == "dead":
+    elif status == Status.DEAD:
         _skip_descendants(progress, shape, kids, key, now_ms, out)
     if status in TERMINAL:
         _maybe_complete(progress, shape, now_ms, out)
@@ -150,74 +208,93 @@ def on_node(
 # --- what follows from a status ------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _HasStatus(Container[str]):
+    """The keys whose status is one of ``wanted``: a set as ``dag.ready_to_release`` reads
+    it, without building one per event (O(children) instead of O(nodes))."""
+
+    statuses: Mapping[str, Status]
+    wanted: frozenset[Status]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.statuses.get(key) in self.wanted
+
+
 def _release_children(
-    progress: Record, shape: Record, kids: Kids, key: str, now_ms: int, out: Actions
+    progress: Progress, shape: Shape, kids: Kids, key: str, now_ms: int, out: Actions
 ) -> None:
-    statuses = progress["statuses"]
-    nodes = shape["nodes"]
-    for child in kids.get(key, ()):
-        current = statuses.get(child)
-        if current in TERMINAL or current in STARTED:
-            continue
-        if all(statuses.get(dep) == "success" for dep in nodes[child]):
-            out.commands.append(_command(progress, shape, child, "release", now_ms))
-            if current != "pending":
-                statuses[child] = "pending"
-                out.progress_changed = True
-                out.events.append(_node_event(progress, child, "pending", now_ms))
+    statuses = progress.statuses
+    # a pending child is released again (a resend: see the module's idempotence note)
+    ready = ready_to_release(
+        shape.nodes,
+        _HasStatus(statuses, _SUCCEEDED),
+        key,
+        _HasStatus(statuses, _NOT_RELEASABLE),
+        child_map=kids,
+    )
+    for child in ready:
+        out.commands.append(_command(progress, shape, child, ControlKind.RELEASE, now_ms))
+        if statuses.get(child) != Status.PENDING:
+            statuses[child] = Status.PENDING
+            out.progress_changed = True
+            out.events.append(_node_event(shape, progress, child, Status.PENDING, now_ms))
 
 
 def _skip_descendants(
-    progress: Record, shape: Record, kids: Kids, key: str, now_ms: int, out: Actions
+    progress: Progress, shape: Shape, kids: Kids, key: str, now_ms: int, out: Actions
 ) -> None:
-    statuses = progress["statuses"]
-    for node in sorted(descendants(shape["nodes"], key, child_map=kids)):
+    statuses = progress.statuses
+    for node in sorted(to_skip(shape.nodes, key, child_map=kids)):
         current = statuses.get(node)
-        if current in ("success", "dead"):
+        if current in (Status.SUCCESS, Status.DEAD):
             continue  # cannot happen: a descendant of a dead node never ran in this run
-        out.commands.append(_command(progress, shape, node, "skip", now_ms))
-        if current != "skipped":
-            statuses[node] = "skipped"
+        out.commands.append(_command(progress, shape, node, ControlKind.SKIP, now_ms))
+        if current != Status.SKIPPED:
+            statuses[node] = Status.SKIPPED
             out.progress_changed = True
-            out.events.append(_node_event(progress, node, "skipped", now_ms))
+            out.events.append(_node_event(shape, progress, node, Status.SKIPPED, now_ms))
 
 
-def _maybe_complete(progress: Record, shape: Record, now_ms: int, out: Actions) -> None:
-    outcome = run_outcome(shape["nodes"], progress["statuses"])
+def _maybe_complete(progress: Progress, shape: Shape, now_ms: int, out: Actions) -> None:
+    outcome = run_outcome(shape.nodes, progress.statuses)
     if outcome is None:
         return
-    progress["done"] = outcome
-    progress["trigger_job_id"] = shape.get("trigger_job_id")
-    progress["ended_at_ms"] = now_ms
+    progress.done = outcome
+    progress.trigger_job_id = shape.trigger_job_id
+    progress.ended_at_ms = now_ms
     out.progress_changed = True
     _completion(progress, now_ms, out)
 
 
-def _completion(progress: Record, now_ms: int, out: Actions) -> None:
-    outcome = progress["done"]
+def _completion(progress: Progress, now_ms: int, out: Actions) -> None:
+    outcome, dag_id = progress.done, progress.dag_id
+    if dag_id is None:
+        # cannot happen: a run ends only after its started event, which names its DAG
+        raise ValueError(f"DAG run {progress.run_id} has no dag_id")
     out.events.append(
-        {
-            **_event_base(progress, now_ms),
-            "kind": "completed",
-            "status": outcome,
-            "node_statuses": dict(progress["statuses"]),
-        }
+        DagRunEvent(
+            dag_id=dag_id,
+            dag_run_id=progress.run_id,
+            kind=DagRunEventKind.COMPLETED,
+            at_ms=now_ms,
+            status=outcome,
+            node_statuses=dict(progress.statuses),
+        )
     )
-    trigger_job_id = progress.get("trigger_job_id")
+    trigger_job_id = progress.trigger_job_id
     if trigger_job_id:
         # the DAG's trigger job counts live runs for its overlap policy
         out.commands.append(
-            {
-                "command_id": _command_id(progress["run_id"], trigger_job_id, "dag_run_end"),
-                "job_id": trigger_job_id,
-                "kind": "dag_run_end",
-                "issued_at_ms": now_ms,
-                "dag_id": progress["dag_id"],
-                "dag_run_id": progress["run_id"],
-                "execution_id": None,
-                "reason": outcome,
-                "requested_by": "resolver",
-            }
+            ControlCommand(
+                command_id=_command_id(progress.run_id, trigger_job_id, ControlKind.DAG_RUN_END),
+                job_id=trigger_job_id,
+                kind=ControlKind.DAG_RUN_END,
+                issued_at_ms=now_ms,
+                dag_id=dag_id,
+                dag_run_id=progress.run_id,
+                reason=outcome,
+                requested_by="resolver",
+            )
         )
 
 
@@ -225,7 +302,11 @@ def _completion(progress: Record, now_ms: int, out: Actions) -> None:
 
 
 def expired(
-    progress: Record, has_shape: bool, now_ms: int, done_retention_ms: int, orphan_retention_ms: int
+    progress: Progress,
+    has_shape: bool,
+    now_ms: int,
+    done_retention_ms: int,
+    orphan_retention_ms: int,
 ) -> bool:
     """Whether a run's entries may be dropped from the tables.
 
@@ -233,53 +314,43 @@ def expired(
     to find it finished, which is seconds); events of a run whose ``started`` never came are
     kept ``orphan_retention_ms``. A run that started and has not finished is never dropped.
     """
-    if progress["done"] is not None:
-        return now_ms - (progress.get("ended_at_ms") or now_ms) > done_retention_ms
-    return not has_shape and now_ms - progress["seen_at_ms"] > orphan_retention_ms
+    if progress.done is not None:
+        return now_ms - (progress.ended_at_ms or now_ms) > done_retention_ms
+    return not has_shape and now_ms - progress.seen_at_ms > orphan_retention_ms
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _command_id(run_id: str, job_id: str, kind: str) -> str:
+def _command_id(run_id: str, job_id: str, kind: ControlKind) -> str:
     """Deterministic: a resent command has the id of the first one."""
-    return str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{job_id}/{kind}"))
+    return str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{job_id}/{kind.value}"))
 
 
-def _command(progress: Record, shape: Record, key: str, kind: str, now_ms: int) -> Record:
-    job_id = shape["job_ids"][key]
-    return {
-        "command_id": _command_id(progress["run_id"], job_id, kind),
-        "job_id": job_id,
-        "kind": kind,
-        "issued_at_ms": now_ms,
-        "dag_id": shape["dag_id"],
-        "dag_run_id": progress["run_id"],
-        "execution_id": None,
-        "reason": None,
-        "requested_by": "resolver",
-    }
+def _command(
+    progress: Progress, shape: Shape, key: str, kind: ControlKind, now_ms: int
+) -> ControlCommand:
+    job_id = shape.job_ids[key]
+    return ControlCommand(
+        command_id=_command_id(progress.run_id, job_id, kind),
+        job_id=job_id,
+        kind=kind,
+        issued_at_ms=now_ms,
+        dag_id=shape.dag_id,
+        dag_run_id=progress.run_id,
+        requested_by="resolver",
+    )
 
 
-def _event_base(progress: Record, now_ms: int) -> Record:
-    return {
-        "dag_id": progress["dag_id"],
-        "dag_run_id": progress["run_id"],
-        "at_ms": now_ms,
-        "status": None,
-        "node_key": None,
-        "node_status": None,
-        "node_statuses": {},
-        "nodes": [],
-        "trigger_job_id": None,
-    }
-
-
-def _node_event(progress: Record, key: str, status: str, now_ms: int) -> Record:
-    return {
-        **_event_base(progress, now_ms),
-        "kind": "node_status",
-        "status": "running",
-        "node_key": key,
-        "node_status": status,
-    }
+def _node_event(
+    shape: Shape, progress: Progress, key: str, status: Status, now_ms: int
+) -> DagRunEvent:
+    return DagRunEvent(
+        dag_id=shape.dag_id,
+        dag_run_id=progress.run_id,
+        kind=DagRunEventKind.NODE_STATUS,
+        at_ms=now_ms,
+        status=DagRunStatus.RUNNING,
+        node_key=key,
+        node_status=status,
+    )

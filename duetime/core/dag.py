@@ -1,8 +1,9 @@
 """DAG validation and resolution: pure functions over ``key -> depends_on`` mappings.
 
 Role: the producers call :func:`validate_dag` / :func:`validate_dag_pairs` before anything
-reaches Kafka, so a bad DAG gets a clear 4xx and writes nothing; the DAG resolver calls
-:func:`ready_to_release`, :func:`to_skip` and :func:`run_outcome` as results arrive.
+reaches Kafka, so a bad DAG gets a clear 4xx and writes nothing; the DAG resolver
+(``consumers/resolver/progress.py``) calls :func:`ready_to_release`, :func:`to_skip` and
+:func:`run_outcome` as results arrive.
 
 A DAG is a mapping from a job key to the keys it depends on (its *upstreams*). An edge
 ``a → b`` means "b depends on a": b is released only when every upstream succeeded in the
@@ -28,19 +29,16 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from duetime.core.errors import DagCycleError, ValidationError
+from duetime.core.models import DagRunStatus, Status
+from duetime.core.states import TERMINAL
 
 DEFAULT_MAX_NODES = 10_000
 MAX_KEY_LEN = 200
 _KEY_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_KEY_LEN}}}")
 _LIST_IN_MESSAGE = 10  # names shown in an error message; details carry them all
-
-# Statuses after which a node of a DAG run will not change any more. "failed" is not among
-# them: it means the attempt failed and a retry is coming.
-TERMINAL_STATUSES: frozenset[str] = frozenset({"success", "dead", "skipped", "cancelled"})
 
 Nodes = Mapping[str, Sequence[str]]
 
@@ -229,9 +227,9 @@ def descendants(
 
 def ready_to_release(
     nodes: Nodes,
-    succeeded: set[str],
+    succeeded: Container[str],
     just_succeeded: str,
-    released: set[str],
+    released: Container[str],
     *,
     child_map: Mapping[str, Sequence[str]] | None = None,
 ) -> list[str]:
@@ -241,6 +239,8 @@ def ready_to_release(
     counts even if the caller has not added it yet) and it is not in ``released``. Only the
     children of ``just_succeeded`` are considered: a node becomes ready at the moment its
     last upstream succeeds, so each node is reported by exactly one upstream's success.
+    ``succeeded`` and ``released`` are only asked ``key in ...`` (the resolver passes views
+    of a run's statuses rather than building sets).
     """
     if just_succeeded not in nodes:
         raise KeyError(f"job {just_succeeded!r} is not in the DAG")
@@ -261,18 +261,19 @@ def to_skip(
     return descendants(nodes, dead, child_map=child_map)
 
 
-def run_outcome(nodes: Nodes, statuses: Mapping[str, str]) -> Literal["success", "failed"] | None:
+def run_outcome(nodes: Nodes, statuses: Mapping[str, str]) -> DagRunStatus | None:
     """The outcome of a DAG run, or None while it is still going. O(V).
 
-    None while some node is not terminal (a node missing from ``statuses`` is pending);
-    ``"success"`` when every node succeeded; ``"failed"`` when every node is terminal and
-    at least one is dead, skipped or cancelled.
+    None while some node is not terminal (``duetime.core.states.TERMINAL``; a node missing
+    from ``statuses`` is pending; "failed" is not terminal: a retry may come); ``success``
+    when every node succeeded; ``failed`` when every node is terminal and at least one is
+    dead, skipped or cancelled.
     """
     all_succeeded = True
     for key in nodes:
         status = statuses.get(key)
-        if status is None or status not in TERMINAL_STATUSES:
+        if status is None or status not in TERMINAL:
             return None
-        if status != "success":
+        if status != Status.SUCCESS:
             all_succeeded = False
-    return "success" if all_succeeded else "failed"
+    return DagRunStatus.SUCCESS if all_succeeded else DagRunStatus.FAILED
