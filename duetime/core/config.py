@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .errors import ConfigError
+from .kafka_properties import ENV_PREFIX, NONE, KafkaProperties
 
 T = TypeVar("T", int, float)
 
@@ -83,6 +84,10 @@ class Env:
             )
         return value
 
+    def starting_with(self, prefix: str) -> dict[str, str]:
+        """Every variable whose name starts with ``prefix``, as it is."""
+        return {name: value for name, value in self._env.items() if name.startswith(prefix)}
+
     def items(self, name: str) -> tuple[str, ...]:
         value = self.raw(name)
         if value is None:
@@ -104,6 +109,9 @@ class CommonSettings:
     log_level: str = "INFO"
     metrics_port: int = 0
     instance_id: str = socket.gethostname()
+    kafka_properties: KafkaProperties = NONE
+    """librdkafka properties for every client (TLS, SASL, tuning): ``DUETIME_KAFKA_<NAME>``
+    variables and ``DUETIME_KAFKA_PROPERTIES_FILE``; its repr masks secrets."""
 
     @classmethod
     def from_env(cls, env: Env) -> CommonSettings:
@@ -134,4 +142,5 @@ class CommonSettings:
             ),
             metrics_port=env.integer("DUETIME_METRICS_PORT", cls.metrics_port, 0, 65535),
             instance_id=env.text("DUETIME_INSTANCE_ID", f"{socket.gethostname()}-{os.getpid()}"),
+            kafka_properties=KafkaProperties.from_env(env.starting_with(ENV_PREFIX)),
         )

@@ -2,6 +2,12 @@
 
 Every non-default client setting carries a comment saying why. Roles build their clients here
 so that the same tuning (and the same reasons) apply everywhere.
+
+Each client's configuration is layered: duetime's defaults, then the operator's librdkafka
+properties (``settings.kafka_properties``: TLS, SASL, tuning; see docs/kafka-security.md),
+then what the calling role asks for that one client. A configuration that librdkafka refuses
+raises :class:`~duetime.core.errors.ConfigError` naming where the properties were set, with
+every secret value masked.
 """
 
 from __future__ import annotations
@@ -22,10 +28,42 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from .config import CommonSettings
+from .errors import ConfigError
+
+# Properties of classic-protocol members that a KIP-848 member may not set (the broker's
+# group.consumer.* settings decide): an operator setting them for the schedulers' classic
+# groups must not stop the workers from starting.
+_CLASSIC_MEMBER_ONLY = frozenset({"session.timeout.ms", "heartbeat.interval.ms"})
+
+
+def _layered(
+    settings: CommonSettings,
+    defaults: dict[str, Any],
+    overrides: dict[str, Any],
+    skip: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """duetime's defaults, then the operator's properties, then the role's own overrides."""
+    operator = {k: v for k, v in settings.kafka_properties.as_dict().items() if k not in skip}
+    return {**defaults, **operator, **overrides}
+
+
+def _refused(settings: CommonSettings, kind: str, exc: KafkaException) -> ConfigError:
+    """librdkafka's refusal of a client configuration, as an error an operator can act on."""
+    props = settings.kafka_properties
+    err = exc.args[0] if exc.args else None
+    text = props.redact(err.str() if isinstance(err, KafkaError) else str(exc))
+    if not props:  # no operator property: duetime's own configuration is wrong, a bug
+        raise exc
+    named = [name for name, _ in props.items if name in text] or [n for n, _ in props.items]
+    where = ", ".join(sorted({props.source(name) for name in named}))
+    return ConfigError(
+        f"the Kafka {kind} configuration was refused: {text} (properties set by: {where})",
+        details={"variable": where},
+    )
 
 
 def producer(settings: CommonSettings, **overrides: Any) -> Producer:
-    conf: dict[str, Any] = {
+    defaults: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap_servers,
         # idempotence: a retried send is never written twice (and it is required by transactions)
         "enable.idempotence": True,
@@ -33,8 +71,11 @@ def producer(settings: CommonSettings, **overrides: Any) -> Producer:
         "linger.ms": 2,
         "client.id": f"duetime-{settings.instance_id}",
     }
-    conf.update(overrides)
-    return Producer(conf)
+    conf = _layered(settings, defaults, overrides)
+    try:
+        return Producer(conf)
+    except KafkaException as exc:
+        raise _refused(settings, "producer", exc) from None
 
 
 def transactional_producer(
@@ -57,7 +98,7 @@ def transactional_producer(
 
 def consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consumer:
     """A member of a classic-protocol group, with the range assignor (co-partitioning)."""
-    conf: dict[str, Any] = {
+    defaults: dict[str, Any] = {
         **_member_conf(settings, group_id),
         # range keeps partition p of every co-partitioned topic on the same member
         "partition.assignment.strategy": "range",
@@ -65,8 +106,7 @@ def consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consu
         "session.timeout.ms": 3000,
         "heartbeat.interval.ms": 500,
     }
-    conf.update(overrides)
-    return Consumer(conf)
+    return _consumer(settings, _layered(settings, defaults, overrides))
 
 
 def kip848_consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consumer:
@@ -74,13 +114,19 @@ def kip848_consumer(settings: CommonSettings, group_id: str, **overrides: Any) -
     assignor: every topic split evenly, partition p of each topic on one member, incremental
     rebalances. Its session timeout and heartbeat interval are the broker's
     (``group.consumer.*``), so the client may not set them."""
-    conf: dict[str, Any] = {
+    defaults: dict[str, Any] = {
         **_member_conf(settings, group_id),
         "group.protocol": "consumer",
         "group.remote.assignor": "range",
     }
-    conf.update(overrides)
-    return Consumer(conf)
+    return _consumer(settings, _layered(settings, defaults, overrides, _CLASSIC_MEMBER_ONLY))
+
+
+def _consumer(settings: CommonSettings, conf: dict[str, Any]) -> Consumer:
+    try:
+        return Consumer(conf)
+    except KafkaException as exc:
+        raise _refused(settings, "consumer", exc) from None
 
 
 def _member_conf(settings: CommonSettings, group_id: str) -> dict[str, Any]:
@@ -97,7 +143,11 @@ def _member_conf(settings: CommonSettings, group_id: str) -> dict[str, Any]:
 
 
 def admin(settings: CommonSettings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    conf = _layered(settings, {"bootstrap.servers": settings.bootstrap_servers}, {})
+    try:
+        return AdminClient(conf)
+    except KafkaException as exc:
+        raise _refused(settings, "admin client", exc) from None
 
 
 class ErrorClass(enum.Enum):
