@@ -269,15 +269,7 @@ class LocalKafka:
             ensure_port_free(port, "Kafka (extra listener)", grace)
         libs = self.ensure_jars()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.properties_file.write_text(
-            broker_properties(
-                self.home,
-                self.port,
-                self.controller_port,
-                self.partition_dir,
-                self.extra_listeners,
-            )
-        )
+        self.properties_file.write_text(self.server_properties())
         self._format_once(libs, deadline=started + timeout_s)
         self._launch(libs)
         remaining = max(1.0, timeout_s - (time.monotonic() - started))
@@ -289,6 +281,20 @@ class LocalKafka:
         took = time.monotonic() - started
         log.info("Kafka %s ready on %s in %.1f s", KAFKA_VERSION, self.bootstrap, took)
         return took
+
+    def server_properties(self) -> str:
+        """The broker's server.properties (a subclass may add listeners, e.g. SASL_SSL)."""
+        return broker_properties(
+            self.home,
+            self.port,
+            self.controller_port,
+            self.partition_dir,
+            self.extra_listeners,
+        )
+
+    def client_conf(self) -> dict[str, str]:
+        """librdkafka properties that reach this broker (a secured subclass adds its own)."""
+        return {"bootstrap.servers": self.bootstrap}
 
     def stop(self, timeout_s: float = 30) -> None:
         """Stop the broker named by the pid file (SIGTERM, then SIGKILL after the deadline)."""
@@ -372,6 +378,7 @@ class LocalKafka:
         cmd = [
             *self._java_cmd(libs), "kafka.tools.StorageTool", "format",
             "-t", _new_cluster_id(), "-c", str(self.properties_file),
+            *self._format_args(),
         ]  # fmt: skip
         log.info("formatting KRaft storage in %s", self.data_dir)
         try:
@@ -389,6 +396,10 @@ class LocalKafka:
                 f"formatting Kafka storage failed (exit {res.returncode}):\n"
                 f"{res.stdout[-3000:]}{res.stderr[-3000:]}"
             )
+
+    def _format_args(self) -> list[str]:
+        """More StorageTool format arguments (a subclass adds SCRAM users with --add-scram)."""
+        return []
 
     def _launch(self, libs: Path) -> None:
         heap = (
@@ -421,7 +432,7 @@ class LocalKafka:
         from confluent_kafka.admin import AdminClient
 
         # log_level 0: no "connection refused" lines from librdkafka while the broker boots.
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin = AdminClient({**self.client_conf(), "log_level": 0})
 
         def answers() -> bool:
             if not port_open(self.port):
