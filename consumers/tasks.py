@@ -261,8 +261,9 @@ class TaskRegistry:
                 f"target {ref!r} is defined in {defined_in!r}, which is not allowed on this "
                 "worker (an imported name is not a task of the module that imports it)"
             )
-        self._imported[ref] = obj
-        return obj
+        resolved: Callable[..., Any] = obj  # checked callable above
+        self._imported[ref] = resolved
+        return resolved
 
 
 def is_async(func: Callable[..., Any]) -> bool:

@@ -26,24 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.kafka import ErrorClass, classify
-from duetime.core.models import Priority
-from duetime.core.poison import poison_headers, poison_value
-from duetime.core.redact import escape_control, redact_text
+from duetime.core.models import Priority, ResultStatus
+from duetime.core.poison import Parked, park_record
+from duetime.core.records import ExecutionRequest
+from duetime.core.redact import escape_control
 from duetime.schemas.codec import Codec
 
 from . import metrics
 from .kafka_io import TP, AsyncProducer
 from .leases import Claim, DatabaseUnavailable, LeaseStore
 from .results import Outcome, redacted_traceback, result_record, timed_out
-from .targets import Targets
+from .targets import Targets, log_fields
 
 log = logging.getLogger("duetime.worker")
 
@@ -52,14 +53,23 @@ HANDED_BACK = "handed_back"
 
 
 @dataclass(eq=False)
-class Item:
-    """A fetched execution request and where it came from."""
+class Delivery:
+    """A fetched record's place in the buffer: its offset is committable once it is handled
+    (run and reported, skipped, or parked)."""
 
     key: str
     tp: TP
     offset: int
     priority: Priority
-    request: dict[str, Any]
+
+
+@dataclass(eq=False)
+class Item(Delivery):
+    """A fetched execution request and where it came from."""
+
+    request: ExecutionRequest
+    msg: Message
+    """The record itself: parked as it is if handling it fails."""
     enqueued_at: float = 0.0
     token: int | None = None
     task: asyncio.Task[None] | None = None
@@ -67,20 +77,13 @@ class Item:
     """True while the task is suspended inside the target (the only place it is cancelled)."""
     abort_reason: str | None = None
     """LOST or HANDED_BACK when the run was stopped early."""
-    msg: Message | None = None
-    """The record itself: parked as it is if handling it fails."""
 
     @property
     def execution_id(self) -> str:
-        return str(self.request["execution_id"])
+        return self.request.execution_id
 
     def fields(self) -> dict[str, Any]:
-        r = self.request
-        return {
-            "job_id": r.get("job_id"),
-            "execution_id": r.get("execution_id"),
-            "attempt": r.get("attempt"),
-        }
+        return log_fields(self.request)
 
 
 _REFUSED_RECORD = frozenset(
@@ -94,10 +97,6 @@ _REFUSED_RECORD = frozenset(
 
 class ResultRefused(Exception):
     """The broker will never accept this result record (the request is parked)."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -117,12 +116,14 @@ class Executor:
         results_topic: str,
         poison_topic: str,
         on_slot_free: Callable[[Item], None],
-        on_finished: Callable[[Item, bool], None],
+        on_finished: Callable[[Delivery, bool], None],
         on_lease_wait: Callable[[Item, float], None],
         on_fatal: Callable[[BaseException], None],
         running_event_after_s: float = 0.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.worker_id = worker_id
+        self.clock = clock
         self.codec = codec
         self.leases = leases
         self.targets = targets
@@ -188,20 +189,21 @@ class Executor:
         """Copy a request we cannot handle (undecodable, refused by our checks, or whose
         handling failed) to the poison topic; then its offset is done."""
         metrics.POISON.labels(topic=tp[0]).inc()
-        error = redact_text(error)
-        log.warning(
-            "execution request parked on the poison topic: %s",
-            error,
-            extra={"topic": tp[0], "partition": tp[1], "offset": offset},
+        parked = park_record(
+            topic=tp[0],
+            partition=tp[1],
+            offset=offset,
+            key=msg.key(),
+            value=msg.value(),
+            headers=msg.headers(),
+            error=error,
+            role="worker",
+            logger=log,
         )
-        value, dropped = poison_value(msg.value())
-        headers = dropped + poison_headers(
-            msg.headers(), topic=tp[0], partition=tp[1], offset=offset, error=error, role="worker"
+        delivery = Delivery(
+            key=f"poison/{tp}/{offset}", tp=tp, offset=offset, priority=Priority.LOW
         )
-        item = Item(
-            key=f"poison/{tp}/{offset}", tp=tp, offset=offset, priority=Priority.LOW, request={}
-        )
-        self._spawn(self._park(item, value, msg.key(), headers), item.key)
+        self._spawn(self._park(delivery, parked), delivery.key)
 
     def _abort(self, item: Item, reason: str) -> bool:
         """Cancel ``item``'s task if it is inside its target; True when it was."""
@@ -213,7 +215,7 @@ class Executor:
 
     # --- one execution --------------------------------------------------------------------
 
-    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -235,9 +237,9 @@ class Executor:
                 if claim is not None:
                     await self._conflict(item, claim)
                 return
-            item.token = claim.token
+            token = item.token = claim.token
             self._held[item.execution_id] = item
-            outcome, started_ms, finished_ms = await self._run(item)
+            outcome, started_ms, finished_ms = await self._run(item, token)
             free_slot()
             if outcome is None:
                 self._release_hold(item)
@@ -246,7 +248,7 @@ class Executor:
                 else:
                     self._on_finished(item, False)
                 return
-            await self._report(item, outcome, started_ms, finished_ms)
+            await self._report(item, token, outcome, started_ms, finished_ms)
         except Exception as exc:
             free_slot()
             await self._give_up(item, exc)
@@ -269,33 +271,32 @@ class Executor:
         except Exception as release_exc:  # the lease then expires after its TTL
             log.warning("releasing the lease failed: %s", release_exc, extra=item.fields())
         self._on_finished(item, False)  # out of the buffer; the parked copy moves the offset
-        if item.msg is None or self._stopping:
+        if self._stopping:
             return  # not committed: redelivered to the partition's next owner
         self.park_poison(item.msg, item.tp, item.offset, f"{type(exc).__name__}: {exc}")
 
     async def _claim(self, item: Item) -> Claim | None:
         try:
-            return await self.leases.claim(item.execution_id, item.request["attempt"])
+            return await self.leases.claim(item.execution_id, item.request.attempt)
         except DatabaseUnavailable as exc:  # the worker is stopping while PostgreSQL is away
             log.warning("no lease: %s", exc, extra=item.fields())
             self._on_finished(item, False)
             return None
 
-    async def _run(self, item: Item) -> tuple[Outcome | None, int, int]:
+    async def _run(self, item: Item, token: int) -> tuple[Outcome | None, int, int]:
         request = item.request
-        started_ms = _now_ms()
-        self._lateness[item.priority].observe(max(0, started_ms - request["due_at_ms"]) / 1000)
+        started_ms = self.clock.now_ms()
+        self._lateness[item.priority].observe(max(0, started_ms - request.due_at_ms) / 1000)
         self._started[item.priority].inc()
-        assert item.token is not None
         running_event: asyncio.TimerHandle | None = None
         if self.running_event_after_s <= 0:
-            self._send_running(item, started_ms)
+            self._send_running(item, token, started_ms)
         else:  # a job done sooner reports its outcome only: half the results traffic
             running_event = asyncio.get_running_loop().call_later(
-                self.running_event_after_s, self._send_running, item, started_ms
+                self.running_event_after_s, self._send_running, item, token, started_ms
             )
         item.abort_reason = None
-        timeout_s = request["timeout_s"]
+        timeout_s = request.timeout_s
         outcome: Outcome | None
         item.in_target = True
         try:
@@ -315,22 +316,22 @@ class Executor:
             item.in_target = False
             if running_event is not None:
                 running_event.cancel()
-        finished_ms = _now_ms()
+        finished_ms = self.clock.now_ms()
         self._durations[item.priority].observe((finished_ms - started_ms) / 1000)
         return outcome, started_ms, finished_ms
 
-    def _send_running(self, item: Item, started_ms: int) -> None:
+    def _send_running(self, item: Item, token: int, started_ms: int) -> None:
         """Publish the attempt's ``running`` event (its delivery is not waited for: the final
         result's is what counts, and the producer keeps the two in order)."""
-        assert item.token is not None
         record = result_record(
             item.request,
-            status="running",
+            status=ResultStatus.RUNNING,
             worker_id=self.worker_id,
-            token=item.token,
+            token=token,
             started_at_ms=started_ms,
         )
-        args = (self.results_topic, self.codec.encode("result", record), item.request["job_id"])
+        value = self.codec.dump(record, topic=self.results_topic)
+        args = (self.results_topic, value, item.request.job_id)
         try:
             self.producer.send(*args, partition=item.tp[1]).add_done_callback(_retrieve)
         except BufferError:  # the local queue is full: wait for room in a task
@@ -342,22 +343,21 @@ class Executor:
             self._spawn(later(), f"running/{item.key}")
 
     async def _report(
-        self, item: Item, outcome: Outcome, started_ms: int, finished_ms: int
+        self, item: Item, token: int, outcome: Outcome, started_ms: int, finished_ms: int
     ) -> None:
-        assert item.token is not None
         record = result_record(
             item.request,
             status=outcome.status,
             worker_id=self.worker_id,
-            token=item.token,
+            token=token,
             started_at_ms=started_ms,
             finished_at_ms=finished_ms,
             outcome=outcome,
         )
-        value = self.codec.encode("result", record)
+        value = self.codec.dump(record, topic=self.results_topic)
         try:
             completed = await self.leases.complete(
-                item.execution_id, item.token, outcome.status, value
+                item.execution_id, token, outcome.status.value, value
             )
         finally:
             self._release_hold(item)
@@ -367,7 +367,7 @@ class Executor:
         delivered = await self._publish(item, value)
         if delivered:
             metrics.FINISHED.labels(
-                priority=item.priority.value, status=outcome.status, reason=outcome.reason
+                priority=item.priority.value, status=outcome.status.value, reason=outcome.reason
             ).inc()
             if outcome.error is None:
                 log.debug("attempt succeeded", extra=item.fields())
@@ -375,8 +375,8 @@ class Executor:
                 log.info(
                     "attempt failed (%s, %s): %s",
                     outcome.reason,
-                    "will be retried by policy" if outcome.error["retryable"] else "permanent",
-                    escape_control(outcome.error["message"]),  # redacted by failure()
+                    "will be retried by policy" if outcome.error.retryable else "permanent",
+                    escape_control(outcome.error.message),  # redacted by failure()
                     extra=item.fields(),
                 )
         self._on_finished(item, delivered)
@@ -385,7 +385,7 @@ class Executor:
         """Publish a result until the broker acknowledges it (False: stopped first)."""
         while True:
             future = await self.producer.send_wait(
-                self.results_topic, value, key=item.request["job_id"], partition=item.tp[1]
+                self.results_topic, value, key=item.request.job_id, partition=item.tp[1]
             )
             try:
                 await future
@@ -407,20 +407,18 @@ class Executor:
                 log.warning("publishing a result failed, retrying: %s", exc, extra=item.fields())
                 await asyncio.sleep(1.0)
 
-    async def _park(
-        self,
-        item: Item,
-        value: bytes | None,
-        key: bytes | str | None,
-        headers: list[tuple[str, bytes]],
-    ) -> None:
+    async def _park(self, delivery: Delivery, parked: Parked) -> None:
         while True:
             future = await self.producer.send_wait(
-                self.poison_topic, value, key=key, partition=item.tp[1], headers=headers
+                self.poison_topic,
+                parked.value,
+                key=parked.key,
+                partition=parked.partition,
+                headers=parked.headers,
             )
             try:
                 await future
-                self._on_finished(item, True)
+                self._on_finished(delivery, True)
                 return
             except KafkaException as exc:
                 if self._stopping:

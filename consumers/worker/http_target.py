@@ -43,6 +43,7 @@ from aiohttp.resolver import DefaultResolver
 from multidict import CIMultiDict
 from yarl import URL
 
+from duetime.core.records import ExecutionRequest
 from duetime.core.redact import redact_url
 
 from .policy import EgressPolicy, MissingSecret, header_refusal, parse_ip, substitute_secrets
@@ -318,12 +319,12 @@ def retry_after_s(value: str | None) -> float | None:
     return seconds if 0 <= seconds <= MAX_RETRY_AFTER_S else None
 
 
-def request_body(request: dict[str, Any], payload: Any, scheduled_at: str) -> bytes:
+def request_body(request: ExecutionRequest, payload: Any, scheduled_at: str) -> bytes:
     return json.dumps(
         {
-            "job_id": request["job_id"],
-            "execution_id": request["execution_id"],
-            "attempt": request["attempt"],
+            "job_id": request.job_id,
+            "execution_id": request.execution_id,
+            "attempt": request.attempt,
             "scheduled_at": scheduled_at,
             "payload": payload,
         }

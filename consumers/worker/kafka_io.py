@@ -22,13 +22,16 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from duetime.core.kafka import read_batch
 
 log = logging.getLogger("duetime.worker.kafka")
 
 TP = tuple[str, int]
+T = TypeVar("T")
 
 
 class AsyncProducer:
@@ -171,9 +174,13 @@ class ConsumerThread:
         )
         self._thread.start()
 
-    def call(self, func: Callable[[], Any], *, wait: bool = False) -> asyncio.Future[Any] | None:
-        """Run ``func`` on the poll thread; with ``wait`` the future resolves to its return."""
-        future = self._loop.create_future() if wait else None
+    def call(self, func: Callable[[], object]) -> None:
+        """Run ``func`` on the poll thread (a failure is logged)."""
+        self._calls.put((func, None))
+
+    def ask(self, func: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``func`` on the poll thread; the future resolves to what it returns."""
+        future: asyncio.Future[T] = self._loop.create_future()
         self._calls.put((func, future))
         return future
 
@@ -187,13 +194,7 @@ class ConsumerThread:
             while not self._stop.is_set():
                 self._run_calls()
                 try:
-                    # consume(n, timeout) waits for n records or the timeout: under a steady
-                    # trickle that is the whole timeout. poll() returns with the first record;
-                    # then take what is already fetched without waiting.
-                    first = self.consumer.poll(self._poll_timeout_s)
-                    if first is None:
-                        continue
-                    records = [first, *self.consumer.consume(self._batch_size - 1, 0)]
+                    records = read_batch(self.consumer, self._batch_size, self._poll_timeout_s)
                 except KafkaException as exc:
                     log.warning("consume failed: %s", exc)
                     continue

@@ -33,8 +33,8 @@ time is the database's ``now()``, so workers' clocks do not matter.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +42,8 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+
+from duetime.core.backoff import Backoff, log_retry, retry_transient_async
 
 from . import metrics
 
@@ -166,7 +168,7 @@ class _Batcher(Generic[I, O]):
         return await future
 
     async def run(self) -> None:
-        backoff_s = 0.05
+        backoff = Backoff()
         while True:
             await self._ready.wait()
             batch = [(i, f) for i, f in self._queue[: self._max_batch] if not f.done()]
@@ -193,18 +195,13 @@ class _Batcher(Generic[I, O]):
                         log.error("lease %s failed", self.name, exc_info=exc)
                     continue
                 metrics.DB_ERRORS.labels(op=self.name).inc()
-                log.warning(
-                    "PostgreSQL unavailable during lease %s (%s): retrying in %.2f s",
-                    self.name,
-                    exc,
-                    backoff_s,
-                )
+                wait_s = backoff.next()
+                log_retry(log, "PostgreSQL", f"lease {self.name}", exc, wait_s)
                 self._queue[:0] = batch  # retry the same batch first
                 self._ready.set()
-                await asyncio.sleep(backoff_s * (1 + random.random() / 2))
-                backoff_s = min(backoff_s * 2, 5.0)
+                await asyncio.sleep(wait_s)
                 continue
-            backoff_s = 0.05
+            backoff.reset()
             metrics.LEASE_BATCH_SECONDS.labels(op=self.name).observe(time.perf_counter() - started)
             metrics.LEASE_BATCH_SIZE.labels(op=self.name).observe(len(batch))
             for (_, future), answer in zip(batch, answers, strict=True):
@@ -234,12 +231,6 @@ class _Batcher(Generic[I, O]):
             if not future.done():
                 future.set_exception(exc)
         self._queue.clear()
-
-
-@dataclass(frozen=True, slots=True)
-class _Fence:
-    execution_id: str
-    token: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,32 +411,29 @@ class LeaseStore:
         fast: bool = False,
     ) -> list[tuple[Any, ...]]:
         """Run one statement; retry transient errors (``retries=None``: until stopping)."""
-        backoff_s = 0.05
-        attempt = 0
-        while True:
+        pool = self._fast_pool if fast else self._pool
+        failures = itertools.count(1)
+
+        async def once() -> list[tuple[Any, ...]]:
             started = time.perf_counter()
-            try:
-                pool = self._fast_pool if fast else self._pool
-                async with pool.connection() as conn:
-                    cur = await conn.execute(sql, params)
-                    rows = await cur.fetchall() if fetch else []
-                metrics.LEASE_BATCH_SECONDS.labels(op=op).observe(time.perf_counter() - started)
-                return rows
-            except Exception as exc:
-                if not _transient(exc) or self._stopping:
-                    raise
-                attempt += 1
-                if retries is not None and attempt > retries:
-                    raise
-                metrics.DB_ERRORS.labels(op=op).inc()
-                log.warning(
-                    "PostgreSQL unavailable during lease %s (%s): retrying in %.2f s",
-                    op,
-                    exc,
-                    backoff_s,
-                )
-                await asyncio.sleep(backoff_s * (1 + random.random() / 2))
-                backoff_s = min(backoff_s * 2, 5.0)
+            async with pool.connection() as conn:
+                cur = await conn.execute(sql, params)
+                rows = await cur.fetchall() if fetch else []
+            metrics.LEASE_BATCH_SECONDS.labels(op=op).observe(time.perf_counter() - started)
+            return rows
+
+        def worth_retrying(exc: BaseException) -> bool:
+            return _transient(exc) and (retries is None or next(failures) <= retries)
+
+        return await retry_transient_async(
+            once,
+            transient=worth_retrying,
+            dependency="PostgreSQL",
+            what=f"lease {op}",
+            logger=log,
+            stopping=self.stopping,
+            on_retry=lambda exc: metrics.DB_ERRORS.labels(op=op).inc(),
+        )
 
 
 def _conflict(row: tuple[Any, ...] | None, attempt: int, ttl_s: float) -> Claim:

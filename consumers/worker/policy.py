@@ -212,6 +212,7 @@ def check_topic_allow_list(items: tuple[str, ...], variable: str) -> tuple[str, 
 
 # --- HTTP headers and secrets -------------------------------------------------------------
 
+
 class MissingSecret(Exception):
     """A header references ``${secret:NAME}`` and the worker has no ``DUETIME_SECRET_NAME``."""
 

@@ -1,8 +1,8 @@
 """Outcomes of attempts and the ExecutionResult records that report them (pure).
 
 An :class:`Outcome` is what running a target produced; :func:`result_record` turns a request,
-the lease token and an outcome into the ``result`` event of ``schemas/ExecutionResult.avsc``.
-The error field's ``reason`` is one of the schema's ``ErrorReason`` symbols, and
+the lease token and an outcome into the :class:`~duetime.core.records.ExecutionResult` that
+reports it. The error's ``reason`` is an :class:`~duetime.core.models.ErrorReason`, and
 ``retryable`` tells the scheduler whether its retry policy applies.
 
 Every error message goes through :func:`~duetime.core.redact.redact_text` here, in one place:
@@ -13,7 +13,6 @@ before the schema carries it) is written as ``error``; the error's ``type`` stil
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import traceback
@@ -22,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from duetime.core.errors import FailPermanently, PermanentError, RetryLater
+from duetime.core.models import ErrorReason, ResultStatus
+from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult
 from duetime.core.redact import escape_control, redact_text
-from duetime.schemas.codec import load_named_types
 
 MAX_MESSAGE_CHARS = 2000
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -33,27 +33,30 @@ it, and an infinite one breaks timer arithmetic (``ceil(inf)``)."""
 _MAX_TIME_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z: datetime's range
 
 
-@functools.cache
+_KNOWN_REASONS = frozenset(reason.value for reason in ErrorReason)
+
+
 def known_reasons() -> frozenset[str]:
-    """The ``ErrorReason`` symbols of the schema this worker writes."""
-    return frozenset(load_named_types()["duetime.ErrorReason"]["symbols"])
+    """The ``ErrorReason`` symbols this worker writes (the enum is checked against the schema
+    by ``tests/unit/test_records.py``)."""
+    return _KNOWN_REASONS
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    status: str
+    status: ResultStatus
     """``success`` or ``failure``."""
-    error: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
     retry_after_s: float | None = None
     output_json: str | None = None
 
     @property
     def reason(self) -> str:
-        return "" if self.error is None else str(self.error["reason"])
+        return "" if self.error is None else self.error.reason.value
 
 
 def success(output: Any = None) -> Outcome:
-    return Outcome("success", output_json=encode_output(output))
+    return Outcome(ResultStatus.SUCCESS, output_json=encode_output(output))
 
 
 def truncated(text: str, limit: int) -> str:
@@ -73,14 +76,14 @@ def failure(
     retry_after_s: float | None = None,
 ) -> Outcome:
     return Outcome(
-        "failure",
-        error={
-            "type": truncated(error_type, 200),
-            "message": truncated(redact_text(message), MAX_MESSAGE_CHARS),
-            "retryable": retryable,
-            "reason": reason if reason in known_reasons() else "error",
-            "http_status": http_status,
-        },
+        ResultStatus.FAILURE,
+        error=ErrorInfo(
+            type=truncated(error_type, 200),
+            message=truncated(redact_text(message), MAX_MESSAGE_CHARS),
+            retryable=retryable,
+            reason=ErrorReason(reason) if reason in _KNOWN_REASONS else ErrorReason.ERROR,
+            http_status=http_status,
+        ),
         retry_after_s=retry_after_s,
     )
 
@@ -169,55 +172,57 @@ def encode_output(value: Any) -> str | None:
 
 
 def result_record(
-    request: dict[str, Any],
+    request: ExecutionRequest,
     *,
-    status: str,
+    status: ResultStatus,
     worker_id: str,
     token: int,
     started_at_ms: int,
     finished_at_ms: int | None = None,
     outcome: Outcome | None = None,
-) -> dict[str, Any]:
+) -> ExecutionResult:
     """The ``result`` event for ``request``'s attempt."""
-    return {
-        "execution_id": request["execution_id"],
-        "job_id": request["job_id"],
-        "attempt": request["attempt"],
-        "status": status,
-        "worker_id": worker_id,
-        "lease_token": token,
-        "scheduled_at_ms": request["scheduled_at_ms"],
-        "started_at_ms": started_at_ms,
-        "finished_at_ms": finished_at_ms,
-        "error": None if outcome is None else outcome.error,
-        "retry_after_s": None if outcome is None else outcome.retry_after_s,
-        "output_json": None if outcome is None else outcome.output_json,
-        "priority": request["priority"],
-        "dag_id": request.get("dag_id"),
-        "dag_run_id": request.get("dag_run_id"),
-        "dag_key": request.get("dag_key"),
-    }
+    return ExecutionResult(
+        execution_id=request.execution_id,
+        job_id=request.job_id,
+        attempt=request.attempt,
+        status=status,
+        worker_id=worker_id,
+        lease_token=token,
+        scheduled_at_ms=request.scheduled_at_ms,
+        started_at_ms=started_at_ms,
+        finished_at_ms=finished_at_ms,
+        error=None if outcome is None else outcome.error,
+        retry_after_s=None if outcome is None else outcome.retry_after_s,
+        output_json=None if outcome is None else outcome.output_json,
+        priority=request.priority,
+        dag_id=request.dag_id,
+        dag_run_id=request.dag_run_id,
+        dag_key=request.dag_key,
+    )
 
 
-def check_request(request: dict[str, Any]) -> None:
+def check_request(request: ExecutionRequest) -> None:
     """Refuse a decodable request no scheduler can have written (it goes to the poison topic).
 
     Ids must be UUIDs in the hyphenated 36-character form: Python's ``uuid.UUID`` also takes
     ``urn:uuid:...`` and brace forms that PostgreSQL refuses, and a refused id in a batched
     lease statement would fail its neighbours too."""
-    for name in ("execution_id", "job_id"):
-        value = request[name]
+    for name, value in (("execution_id", request.execution_id), ("job_id", request.job_id)):
         try:
             if not isinstance(value, str) or len(value) != 36:
                 raise ValueError
             uuid.UUID(value)
         except (ValueError, TypeError, AttributeError):
             raise ValueError(f"{name} {str(value)[:100]!r} is not a UUID") from None
-    if request["attempt"] < 1:
-        raise ValueError(f"attempt {request['attempt']} is not 1-based")
-    timeout_s = request["timeout_s"]
+    if request.attempt < 1:
+        raise ValueError(f"attempt {request.attempt} is not 1-based")
+    timeout_s = request.timeout_s
     if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
         raise ValueError(f"timeout_s {timeout_s} is not in (0, {MAX_TIMEOUT_S:g}]")
-    for name in ("scheduled_at_ms", "due_at_ms"):
-        if not 0 <= request[name] <= _MAX_TIME_MS:
-            raise ValueError(f"{name} {request[name]} is not a time duetime can have written")
+    for name, at_ms in (
+        ("scheduled_at_ms", request.scheduled_at_ms),
+        ("due_at_ms", request.due_at_ms),
+    ):
+        if not 0 <= at_ms <= _MAX_TIME_MS:
+            raise ValueError(f"{name} {at_ms} is not a time duetime can have written")

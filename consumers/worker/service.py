@@ -42,20 +42,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from duetime.consumers.tasks import TaskRegistry
 from duetime.core import kafka
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.errors import ConfigError, DecodeError
 from duetime.core.models import PRIORITY_ORDER, Priority
 from duetime.core.poison import PRODUCER_MAX_BYTES
 from duetime.core.priority import Waiting, select_next
+from duetime.core.records import ExecutionRequest
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import metrics
-from .execution import Executor, Item
+from .execution import Delivery, Executor, Item
 from .http_target import HttpCaller, close_session, new_session
 from .kafka_io import TP, AsyncProducer, ConsumerThread
 from .leases import LeaseStore
@@ -90,24 +91,23 @@ class _State:
 
 
 class Worker:
-    def __init__(self, settings: WorkerSettings, registry: TaskRegistry | None = None) -> None:
+    """One worker process's work. Build it on the event loop it will run on: its clients
+    (leases, producer, HTTP session, consumer) are built here, bound to that loop, and
+    started by :meth:`run`."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        registry: TaskRegistry | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.settings = settings
         self.common = settings.common
+        self.clock = clock
         self.worker_id = self.common.instance_id
         self.topics = Topics(self.common.topic_prefix)
-        self.codec = Codec(registry_url=self.common.schema_registry_url)
-        self.registry = TaskRegistry(allowed_modules=settings.allowed_modules)
-        if registry is not None:
-            self.registry.update(registry)
-        if settings.imports:
-            try:
-                self.registry.discover(settings.imports)
-            except Exception as exc:
-                raise ConfigError(
-                    f"DUETIME_WORKER_IMPORTS: cannot import {', '.join(settings.imports)}: "
-                    f"{type(exc).__name__}: {exc}",
-                    details={"variable": "DUETIME_WORKER_IMPORTS"},
-                ) from exc
+        self.registry = _task_registry(settings, registry)
         self.offsets = OffsetTracker()
         self.state = _State()
         self._priority_of = {self.topics.execution(p): p for p in PRIORITY_ORDER}
@@ -116,15 +116,86 @@ class Worker:
         self._started = False
         self._seq = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.consumer: ConsumerThread | None = None
-        self.producer: AsyncProducer | None = None
-        self._target_producer: AsyncProducer | None = None
-        self.leases: LeaseStore | None = None
-        self.executor: Executor | None = None
-        self._http: aiohttp.ClientSession | None = None
+        self._loop = asyncio.get_running_loop()
         self.exit_code = 0
         self._committed_at = 0.0
+        self.codec = Codec(registry_url=self.common.schema_registry_url)
+        s = settings
+        # nothing below connects yet: the pools open and the consumer subscribes in run()
+        self.leases = LeaseStore(
+            self.common.database_url, self.worker_id, s.lease_ttl_s, pool_size=s.db_pool_size
+        )
+        consumer = self._new_consumer()
+        self._http = new_session(s.egress, s.concurrency)
+        # acks=all (idempotence implies it; said for the reader): a result counts only once
+        # every in-sync replica has it, because its offset is committed right after
+        self.producer = AsyncProducer(
+            # message.max.bytes: it also parks copies of bad requests, up to ~1 MiB each
+            kafka.producer(self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}),
+            self._loop,
+            "worker-results",
+        )
+        self._target_producer: AsyncProducer | None = None
+        """Built on the first kafka target (most workers never have one)."""
+        targets = Targets(
+            registry=self.registry,
+            http=HttpCaller(self._http, s.egress, s.secrets),
+            kafka_producer=self._kafka_target_producer,
+            worker_id=self.worker_id,
+            topic_prefix=self.common.topic_prefix,
+            kafka_topics=s.kafka_topics,
+        )
+        self.executor = Executor(
+            worker_id=self.worker_id,
+            codec=self.codec,
+            leases=self.leases,
+            targets=targets,
+            producer=self.producer,
+            results_topic=self.topics.results,
+            poison_topic=self.topics.poison,
+            on_slot_free=self._slot_freed,
+            on_finished=self._finished,
+            on_lease_wait=self._lease_wait,
+            on_fatal=self._fatal,
+            running_event_after_s=s.running_event_after_s,
+            clock=clock,
+        )
+        self.consumer = ConsumerThread(
+            consumer,
+            self.topics.executions,
+            self._loop,
+            on_records=self._on_records,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
+            on_failed=lambda: self._fatal(RuntimeError("the consumer thread stopped")),
+            batch_size=min(500, s.buffer),
+        )
+
+    def _new_consumer(self) -> Consumer:
+        s = self.settings
+        tuning: dict[str, Any] = {
+            # our own buffer bounds the work in memory; librdkafka's default prefetch
+            # (64 MiB per partition) would only hold records back behind paused ones
+            "queued.max.messages.kbytes": 4096,
+            # read_committed: a transaction's commit does not wake a waiting fetch, so an
+            # idle fetch sits out its whole max wait (500 ms by default) before it returns
+            # what the scheduler just committed; that wait is start lateness
+            "fetch.wait.max.ms": 10,
+            "on_commit": self._on_commit,
+        }
+        if s.group_protocol == "consumer":
+            return kafka.kip848_consumer(self.common, s.group, **tuning)
+        return kafka.consumer(
+            self.common,
+            s.group,
+            **tuning,
+            **{
+                "session.timeout.ms": s.session_timeout_ms,
+                # incremental (cooperative) rebalancing: a joining or leaving worker
+                # moves only the partitions that change hands
+                "partition.assignment.strategy": "cooperative-sticky",
+            },
+        )
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -154,76 +225,7 @@ class Worker:
 
     async def _start(self) -> None:
         s = self.settings
-        self._loop = asyncio.get_running_loop()
-        self.leases = LeaseStore(
-            self.common.database_url, self.worker_id, s.lease_ttl_s, pool_size=s.db_pool_size
-        )
         await self.leases.open()
-        # acks=all (idempotence implies it; said for the reader): a result counts only once
-        # every in-sync replica has it, because its offset is committed right after
-        self.producer = AsyncProducer(
-            # message.max.bytes: it also parks copies of bad requests, up to ~1 MiB each
-            kafka.producer(self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}),
-            self._loop,
-            "worker-results",
-        )
-        self._http = new_session(s.egress, s.concurrency)
-        targets = Targets(
-            registry=self.registry,
-            http=HttpCaller(self._http, s.egress, s.secrets),
-            kafka_producer=self._kafka_target_producer,
-            worker_id=self.worker_id,
-            topic_prefix=self.common.topic_prefix,
-            kafka_topics=s.kafka_topics,
-        )
-        self.executor = Executor(
-            worker_id=self.worker_id,
-            codec=self.codec,
-            leases=self.leases,
-            targets=targets,
-            producer=self.producer,
-            results_topic=self.topics.results,
-            poison_topic=self.topics.poison,
-            on_slot_free=self._slot_freed,
-            on_finished=self._finished,
-            on_lease_wait=self._lease_wait,
-            on_fatal=self._fatal,
-            running_event_after_s=s.running_event_after_s,
-        )
-        tuning: dict[str, Any] = {
-            # our own buffer bounds the work in memory; librdkafka's default prefetch
-            # (64 MiB per partition) would only hold records back behind paused ones
-            "queued.max.messages.kbytes": 4096,
-            # read_committed: a transaction's commit does not wake a waiting fetch, so an
-            # idle fetch sits out its whole max wait (500 ms by default) before it returns
-            # what the scheduler just committed; that wait is start lateness
-            "fetch.wait.max.ms": 10,
-            "on_commit": self._on_commit,
-        }
-        if s.group_protocol == "consumer":
-            consumer = kafka.kip848_consumer(self.common, s.group, **tuning)
-        else:
-            consumer = kafka.consumer(
-                self.common,
-                s.group,
-                **tuning,
-                **{
-                    "session.timeout.ms": s.session_timeout_ms,
-                    # incremental (cooperative) rebalancing: a joining or leaving worker
-                    # moves only the partitions that change hands
-                    "partition.assignment.strategy": "cooperative-sticky",
-                },
-            )
-        self.consumer = ConsumerThread(
-            consumer,
-            self.topics.executions,
-            self._loop,
-            on_records=self._on_records,
-            on_assigned=self._on_assigned,
-            on_revoked=self._on_revoked,
-            on_failed=lambda: self._fatal(RuntimeError("the consumer thread stopped")),
-            batch_size=min(500, s.buffer),
-        )
         self.consumer.start()
         self._tasks = [
             asyncio.create_task(self._renew_leases(), name="renew-leases"),
@@ -252,7 +254,6 @@ class Worker:
             return
         self._started = False
         self._stopping = True
-        assert self.executor is not None and self.consumer is not None
         log.info("stopping: no new work; %s running", self.executor.running_count())
         self._pause(set(self._priority_of))
         self._drop_queued(lambda item: True)
@@ -267,10 +268,9 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.producer is not None:
-            remaining = await self.producer.flush(10.0)
-            if remaining:
-                log.error("%s results not acknowledged at shutdown", remaining)
+        remaining = await self.producer.flush(10.0)
+        if remaining:
+            log.error("%s results not acknowledged at shutdown", remaining)
         self._commit()
         log.debug("shutdown: results flushed, offsets committed")
         await self.consumer.stop()  # the revoke callback commits; then it leaves the group
@@ -279,10 +279,8 @@ class Worker:
             if producer is not None:
                 await producer.flush(5.0)
                 producer.close()
-        if self._http is not None:
-            await close_session(self._http)
-        if self.leases is not None:
-            await self.leases.close()
+        await close_session(self._http)
+        await self.leases.close()
         self.codec.close()
         log.info("worker stopped")
 
@@ -294,7 +292,6 @@ class Worker:
     def _kafka_target_producer(self) -> AsyncProducer:
         # a separate producer for users' topics: a failure there must not touch our results
         if self._target_producer is None:
-            assert self._loop is not None
             self._target_producer = AsyncProducer(
                 kafka.producer(self.common, **{"acks": "all"}), self._loop, "worker-targets"
             )
@@ -318,11 +315,10 @@ class Worker:
             return  # not tracked, never committed: redelivered to whoever owns it next
         if not self.offsets.add(tp, offset):
             return  # already seen in this assignment
-        assert self.executor is not None
         try:
             priority = self._priority_of[tp[0]]
-            request = self.codec.decode(
-                "execution", msg.value() or b"", topic=tp[0], partition=tp[1], offset=offset
+            request = self.codec.load(
+                ExecutionRequest, msg.value() or b"", topic=tp[0], partition=tp[1], offset=offset
             )
             check_request(request)
         except (DecodeError, ValueError, KeyError) as exc:
@@ -351,7 +347,6 @@ class Worker:
             return
         s = self.settings
         st = self.state
-        assert self.executor is not None
         while True:
             chosen = select_next(
                 st.queues,
@@ -375,7 +370,7 @@ class Worker:
         self.state.running[item.priority] -= 1
         self._start_ready()
 
-    def _finished(self, item: Item, done: bool) -> None:
+    def _finished(self, item: Delivery, done: bool) -> None:
         """The item leaves the buffer; ``done``: its offset may be committed."""
         if self.state.items.pop(item.key, None) is not None:
             self.state.outstanding[item.priority] -= 1
@@ -418,18 +413,18 @@ class Worker:
 
     def _pause(self, topics: set[str]) -> None:
         new = topics - self.state.paused
-        if new and self.consumer is not None:
+        if new:
             self.state.paused |= new
             self._set_paused([tp for tp in self.state.assigned if tp[0] in new], True)
 
     def _resume(self, topics: set[str]) -> None:
         back = topics & self.state.paused
-        if back and self.consumer is not None and not self._stopping:
+        if back and not self._stopping:
             self.state.paused -= back
             self._set_paused([tp for tp in self.state.assigned if tp[0] in back], False)
 
     def _set_paused(self, tps: list[TP], paused: bool) -> None:
-        if not tps or self.consumer is None:
+        if not tps:
             return
         consumer = self.consumer.consumer
         parts = [TopicPartition(t, p) for t, p in tps]
@@ -438,7 +433,7 @@ class Worker:
     def _commit(self) -> None:
         self._committed_at = time.monotonic()
         offsets = self.offsets.to_commit()
-        if not offsets or self.consumer is None:
+        if not offsets:
             return
         consumer = self.consumer.consumer
         parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
@@ -456,7 +451,7 @@ class Worker:
     def _on_commit(self, err: Any, partitions: list[TopicPartition]) -> None:
         """Commit report (poll thread): a failed commit is retried at the next round."""
         failed = [(tp.topic, tp.partition) for tp in partitions if err or tp.error]
-        if failed and self._loop is not None:
+        if failed:
             self._loop.call_soon_threadsafe(self.offsets.uncommitted, failed)
 
     # --- rebalancing (called on the loop) -------------------------------------------------
@@ -511,7 +506,6 @@ class Worker:
     # --- beside the loop ------------------------------------------------------------------
 
     async def _renew_leases(self) -> None:
-        assert self.executor is not None and self.leases is not None
         while True:
             await asyncio.sleep(self.settings.renew_interval_s)
             held = self.executor.held()
@@ -535,8 +529,6 @@ class Worker:
                 log.debug("lag measurement failed: %s", exc)
 
     async def _measure_lag(self) -> None:
-        if self.consumer is None:
-            return
         consumer = self.consumer.consumer
         tps = list(self.state.assigned)
 
@@ -546,9 +538,7 @@ class Worker:
             ends = [consumer.get_watermark_offsets(p, cached=True)[1] for p in parts]
             return [(end, f.offset) for end, f in zip(ends, fetched, strict=True)]
 
-        future = self.consumer.call(ends_and_positions, wait=True)
-        assert future is not None
-        answers = await future
+        answers = await self.consumer.ask(ends_and_positions)
         lag = dict.fromkeys(self._priority_of, 0)
         for tp, (end, fetched) in zip(tps, answers, strict=True):
             # what is not finished yet: from the oldest pending record (or the fetch position,
@@ -561,7 +551,6 @@ class Worker:
             metrics.CONSUMER_LAG.labels(topic=topic).set(value)
 
     async def _purge_leases(self) -> None:
-        assert self.leases is not None
         while True:
             await asyncio.sleep(_PURGE_EVERY_S * (0.5 + random.random()))
             try:
@@ -580,11 +569,30 @@ class Worker:
         metrics.PAUSED.set(sum(1 for tp in st.assigned if tp[0] in st.paused))
 
 
-def run(settings: WorkerSettings, registry: TaskRegistry | None = None) -> int:
+def _task_registry(settings: WorkerSettings, registry: TaskRegistry | None) -> TaskRegistry:
+    """The tasks this worker may run: ``registry``'s and those of ``DUETIME_WORKER_IMPORTS``."""
+    tasks = TaskRegistry(allowed_modules=settings.allowed_modules)
+    if registry is not None:
+        tasks.update(registry)
+    if settings.imports:
+        try:
+            tasks.discover(settings.imports)
+        except Exception as exc:
+            raise ConfigError(
+                f"DUETIME_WORKER_IMPORTS: cannot import {', '.join(settings.imports)}: "
+                f"{type(exc).__name__}: {exc}",
+                details={"variable": "DUETIME_WORKER_IMPORTS"},
+            ) from exc
+    return tasks
+
+
+def run(
+    settings: WorkerSettings, registry: TaskRegistry | None = None, clock: Clock = SYSTEM_CLOCK
+) -> int:
     """The ``duetime worker`` process: run until SIGTERM or SIGINT."""
 
     async def main() -> int:
-        worker = Worker(settings, registry)
+        worker = Worker(settings, registry, clock=clock)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)

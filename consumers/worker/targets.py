@@ -46,6 +46,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from duetime.consumers.tasks import ExecutionContext, TaskRegistry, UnknownTarget, is_async
+from duetime.core.records import ExecutionRequest, HttpTarget, PythonTarget
 from duetime.core.redact import escape_control
 
 from . import metrics
@@ -75,30 +76,40 @@ def iso_ms(ms: int) -> str:
     )
 
 
-def payload_of(request: dict[str, Any]) -> Any:
-    text = request.get("payload_json") or "null"
+def payload_of(request: ExecutionRequest) -> Any:
+    text = request.payload_json or "null"
     try:
         return json.loads(text)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return text
 
 
-def context_of(request: dict[str, Any], worker_id: str) -> ExecutionContext:
+def context_of(request: ExecutionRequest, worker_id: str) -> ExecutionContext:
     return ExecutionContext(
-        job_id=request["job_id"],
-        execution_id=request["execution_id"],
-        attempt=request["attempt"],
-        scheduled_at=datetime.fromtimestamp(request["scheduled_at_ms"] / 1000, UTC),
+        job_id=request.job_id,
+        execution_id=request.execution_id,
+        attempt=request.attempt,
+        scheduled_at=datetime.fromtimestamp(request.scheduled_at_ms / 1000, UTC),
         payload=payload_of(request),
-        name=request.get("name", ""),
-        priority=request["priority"],
-        trigger=request.get("trigger", "schedule"),
-        timeout_s=request["timeout_s"],
+        name=request.name,
+        # plain strings: what a task compares or serialises is the value, not our enum
+        priority=request.priority.value,
+        trigger=request.trigger.value,
+        timeout_s=request.timeout_s,
         worker_id=worker_id,
-        dag_id=request.get("dag_id"),
-        dag_run_id=request.get("dag_run_id"),
-        dag_key=request.get("dag_key"),
+        dag_id=request.dag_id,
+        dag_run_id=request.dag_run_id,
+        dag_key=request.dag_key,
     )
+
+
+def log_fields(request: ExecutionRequest) -> dict[str, Any]:
+    """The request's identity, for a log line's ``extra``."""
+    return {
+        "job_id": request.job_id,
+        "execution_id": request.execution_id,
+        "attempt": request.attempt,
+    }
 
 
 class Targets:
@@ -120,71 +131,68 @@ class Targets:
         self.kafka_topics = kafka_topics
         self._topics_seen: dict[str, float] = {}
 
-    async def run(self, request: dict[str, Any]) -> Outcome:
-        target = request["target"]
-        fields = {"execution_id": request["execution_id"], "job_id": request["job_id"]}
+    async def run(self, request: ExecutionRequest) -> Outcome:
+        target = request.target
         try:
-            if "url" in target:
+            if isinstance(target, HttpTarget):
                 return await self._http(request, target)
-            if "ref" in target:
-                return await self._python(request, target["ref"])
-            if "topic" in target:
-                return await self._kafka(request, target["topic"])
-            return failure(
-                "UnknownTarget",
-                f"unknown target with fields {sorted(target)[:10]}",
-                retryable=False,
-                reason="unknown_target",
-            )
+            if isinstance(target, PythonTarget):
+                return await self._python(request, target.ref)
+            return await self._kafka(request, target.topic)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not kill the worker: fail the attempt
             metrics.TARGET_ERRORS.inc()
-            log.error("target failed unexpectedly: %s", redacted_traceback(exc), extra=fields)
+            log.error(
+                "target failed unexpectedly: %s",
+                redacted_traceback(exc),
+                extra=log_fields(request),
+            )
             return from_exception(exc)
 
     # --- http -----------------------------------------------------------------------------
 
-    async def _http(self, request: dict[str, Any], target: dict[str, Any]) -> Outcome:
-        method = str(target.get("method") or "POST").upper()
-        headers = dict(target.get("headers") or {})
-        for name in list(headers):  # ours win, whatever the case the job wrote them in
-            if name.lower() in _OWN_HEADERS:
-                del headers[name]
+    async def _http(self, request: ExecutionRequest, target: HttpTarget) -> Outcome:
+        method = (target.method or "POST").upper()
+        headers = {
+            # ours win, whatever the case the job wrote them in
+            name: value
+            for name, value in target.headers.items()
+            if name.lower() not in _OWN_HEADERS
+        }
         headers.update(
             {
-                "Idempotency-Key": request["execution_id"],
-                "X-Duetime-Job-Id": request["job_id"],
-                "X-Duetime-Attempt": str(request["attempt"]),
+                "Idempotency-Key": request.execution_id,
+                "X-Duetime-Job-Id": request.job_id,
+                "X-Duetime-Attempt": str(request.attempt),
                 "User-Agent": "duetime-worker",
             }
         )
         body: bytes | None = None
         if method not in _NO_BODY:
             headers["Content-Type"] = "application/json"
-            body = request_body(request, payload_of(request), iso_ms(request["scheduled_at_ms"]))
+            body = request_body(request, payload_of(request), iso_ms(request.scheduled_at_ms))
         return await self.http.call(
-            url=target["url"],
+            url=target.url,
             method=method,
             headers=headers,
             body=body,
-            timeout_s=request["timeout_s"],
+            timeout_s=request.timeout_s,
         )
 
     # --- python ---------------------------------------------------------------------------
 
-    async def _python(self, request: dict[str, Any], ref: str) -> Outcome:
-        fields = {"execution_id": request["execution_id"], "job_id": request["job_id"]}
+    async def _python(self, request: ExecutionRequest, ref: str) -> Outcome:
         try:
             func = self.registry.resolve(ref)
         except UnknownTarget as exc:
             return failure("UnknownTarget", exc.message, retryable=False, reason="unknown_target")
         ctx = context_of(request, self.worker_id)
         if is_async(func):
-            outcome = await _in_task(func, ctx, request["execution_id"])
+            outcome = await _in_task(func, ctx, request.execution_id)
         else:
             try:
-                outcome = success(await _in_thread(func, ctx, request["execution_id"]))
+                outcome = success(await _in_thread(func, ctx, request.execution_id))
             except _Contained as exc:
                 outcome = contained(exc.original)
             except Exception as exc:
@@ -192,15 +200,15 @@ class Targets:
         if outcome.error is not None:
             log.info(
                 "task failed: %s: %s",
-                outcome.error["type"],
-                escape_control(outcome.error["message"]),
-                extra=fields,
+                outcome.error.type,
+                escape_control(outcome.error.message),
+                extra=log_fields(request),
             )
         return outcome
 
     # --- kafka ----------------------------------------------------------------------------
 
-    async def _kafka(self, request: dict[str, Any], topic: str) -> Outcome:
+    async def _kafka(self, request: ExecutionRequest, topic: str) -> Outcome:
         refusal = topic_refusal(topic, self.topic_prefix, self.kafka_topics)
         if refusal is not None:
             return failure("UnknownTarget", refusal, retryable=False, reason="unknown_target")
@@ -215,12 +223,12 @@ class Targets:
         try:
             future = await producer.send_wait(
                 topic,
-                (request.get("payload_json") or "null").encode(),
-                key=request["job_id"],
+                (request.payload_json or "null").encode(),
+                key=request.job_id,
                 headers=[
-                    ("execution_id", request["execution_id"].encode()),
-                    ("duetime-job-id", request["job_id"].encode()),
-                    ("duetime-attempt", str(request["attempt"]).encode()),
+                    ("execution_id", request.execution_id.encode()),
+                    ("duetime-job-id", request.job_id.encode()),
+                    ("duetime-attempt", str(request.attempt).encode()),
                 ],
             )
             msg = await future

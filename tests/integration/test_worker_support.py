@@ -144,6 +144,10 @@ def with_test_allowances(settings: WorkerSettings) -> WorkerSettings:
     return settings
 
 
+async def _build(settings: WorkerSettings, registry: TaskRegistry | None) -> Worker:
+    return Worker(settings, registry)  # on the loop it will run on: it binds its clients
+
+
 class RunningWorker:
     """A worker on its own event loop in a thread of the test process.
 
@@ -159,8 +163,8 @@ class RunningWorker:
     ) -> None:
         if test_allowances:
             settings = with_test_allowances(settings)
-        self.worker = Worker(settings, registry)
         self.loop = asyncio.new_event_loop()
+        self.worker = self.loop.run_until_complete(_build(settings, registry))
         self.thread = threading.Thread(
             target=self.loop.run_until_complete, args=(self.worker.run(),), daemon=True
         )

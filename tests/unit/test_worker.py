@@ -24,6 +24,8 @@ from duetime.consumers.worker.results import (
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import Env
 from duetime.core.errors import ConfigError, FailPermanently, RetryLater
+from duetime.core.models import ResultStatus
+from duetime.core.records import ExecutionRequest, ExecutionResult
 from duetime.schemas.codec import Codec
 
 TP = ("t.exec.low", 0)
@@ -77,16 +79,16 @@ def test_commit_hands_out_each_position_once_and_again_after_a_failure() -> None
 
 def test_exceptions_map_to_retryable_or_permanent_failures() -> None:
     later = from_exception(RetryLater("busy", delay_s=12.5))
-    assert later.error is not None and later.error["retryable"] and later.retry_after_s == 12.5
+    assert later.error is not None and later.error.retryable and later.retry_after_s == 12.5
     void = from_exception(FailPermanently("void"))
-    assert void.error is not None and not void.error["retryable"]
-    assert void.error["reason"] == "error" and void.error["type"] == "FailPermanently"
+    assert void.error is not None and not void.error.retryable
+    assert void.error.reason == "error" and void.error.type == "FailPermanently"
     unknown = from_exception(UnknownTarget("nope"))
-    assert unknown.error is not None and unknown.error["reason"] == "unknown_target"
+    assert unknown.error is not None and unknown.error.reason == "unknown_target"
     boom = from_exception(ZeroDivisionError("division by zero"))
-    assert boom.error is not None and boom.error["retryable"] and boom.error["reason"] == "error"
+    assert boom.error is not None and boom.error.retryable and boom.error.reason == "error"
     slow = timed_out(2.5)
-    assert slow.error is not None and slow.error["reason"] == "timeout" and slow.error["retryable"]
+    assert slow.error is not None and slow.error.reason == "timeout" and slow.error.retryable
 
 
 def test_outputs_are_json_or_nothing() -> None:
@@ -103,12 +105,12 @@ def test_outputs_are_json_or_nothing() -> None:
 def test_long_error_texts_are_truncated_with_a_marker() -> None:
     error = failure("E" * 300, "m" * 5000, retryable=True).error
     assert error is not None
-    assert error["message"].startswith("m" * 2000)
-    assert error["message"].endswith("[truncated: 5000 characters, limit 2000]")
-    assert error["type"].endswith("[truncated: 300 characters, limit 200]")
+    assert error.message.startswith("m" * 2000)
+    assert error.message.endswith("[truncated: 5000 characters, limit 2000]")
+    assert error.type.endswith("[truncated: 300 characters, limit 200]")
 
 
-def request(**overrides: Any) -> dict[str, Any]:
+def request(**overrides: Any) -> ExecutionRequest:
     base = {
         "execution_id": "6f1c2a5e-8a4b-4c1d-9e8f-0a1b2c3d4e5f",
         "job_id": "0b1c2a5e-8a4b-4c1d-9e8f-0a1b2c3d4e5f",
@@ -127,7 +129,7 @@ def request(**overrides: Any) -> dict[str, Any]:
         "dag_key": None,
     }
     base.update(overrides)
-    return base
+    return ExecutionRequest.from_avro(base)
 
 
 def test_result_records_fit_the_schema() -> None:
@@ -135,14 +137,14 @@ def test_result_records_fit_the_schema() -> None:
     for outcome in (None, from_exception(RetryLater("x", delay_s=1)), timed_out(1)):
         record = result_record(
             request(),
-            status="running" if outcome is None else outcome.status,
+            status=ResultStatus.RUNNING if outcome is None else outcome.status,
             worker_id="w",
             token=7,
             started_at_ms=2,
             finished_at_ms=None if outcome is None else 3,
             outcome=outcome,
         )
-        assert codec.decode("result", codec.encode("result", record))["lease_token"] == 7
+        assert codec.load(ExecutionResult, codec.dump(record)).lease_token == 7
 
 
 @pytest.mark.parametrize(
@@ -249,4 +251,4 @@ def test_a_past_one_time_job_ingested_late_still_runs_once() -> None:
     job = build_job(body, now_ms=created_ms, max_payload_bytes=256 * 1024)
     state, _ = logic.on_definition(None, job, created_ms + 6_000)
     out = logic.fire_due(state, created_ms + 6_000, logic.Policy(misfire_threshold_ms=5_000))
-    assert len(out.executions) == 1, state["status"]
+    assert len(out.executions) == 1, state.status

@@ -350,16 +350,16 @@ def test_stored_error_messages_never_hold_userinfo_or_query_values(user: str, se
     url = f"https://{user}:{secret}@api.example.com/hook?api_key={secret}&x=1"
     outcome = failure("HttpStatus", f"POST {url} answered 500", retryable=True)
     assert outcome.error is not None
-    assert secret not in outcome.error["message"]
-    assert "api.example.com/hook" in outcome.error["message"]
+    assert secret not in outcome.error.message
+    assert "api.example.com/hook" in outcome.error.message
 
 
 def test_what_a_task_cannot_be_allowed_to_raise_is_a_permanent_failure_naming_it() -> None:
     for exc in (SystemExit(3), KeyboardInterrupt(), GeneratorExit()):
         for outcome in (contained(exc), from_exception(exc)):
             assert outcome.error is not None
-            assert outcome.error["type"] == type(exc).__name__
-            assert outcome.error["retryable"] is False
+            assert outcome.error.type == type(exc).__name__
+            assert outcome.error.retryable is False
 
 
 def test_an_exception_whose_str_raises_still_makes_an_outcome() -> None:
@@ -368,15 +368,15 @@ def test_an_exception_whose_str_raises_still_makes_an_outcome() -> None:
             raise RuntimeError("no")
 
     outcome = from_exception(Nasty())
-    assert outcome.error is not None and outcome.error["message"] == "Nasty"
+    assert outcome.error is not None and outcome.error.message == "Nasty"
 
 
 def test_a_reason_the_schema_lacks_is_written_as_error() -> None:
     outcome = failure("EgressDenied", "denied", retryable=False, reason="egress_denied")
     assert outcome.error is not None
     expected = "egress_denied" if "egress_denied" in known_reasons() else "error"
-    assert outcome.error["reason"] == expected
-    assert outcome.error["type"] == "EgressDenied"
+    assert outcome.error.reason == expected
+    assert outcome.error.type == "EgressDenied"
 
 
 @pytest.mark.parametrize("delay", ["soon", float("nan"), float("inf"), -1.0, True, 1e12])
