@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import threading
@@ -50,6 +49,7 @@ from bench.common import (
     write_result,
 )
 from bench.rawhttp import RawHttpConnection
+from duetime.infra.harness import stop_all
 
 HTTP_TARGET = {"type": "http", "url": "http://127.0.0.1:9/none"}
 
@@ -336,7 +336,6 @@ def _run_async(coro: Any) -> Any:
 
 
 def scenario_api(args: argparse.Namespace) -> None:
-    import httpx
 
     from duetime.infra.process import free_port
 
@@ -349,24 +348,14 @@ def scenario_api(args: argparse.Namespace) -> None:
             api = start_role(["api"], env, f"api-bench-{workers}")
             url = f"http://127.0.0.1:{port}"
             try:
-                deadline = time.time() + 60
-                while True:
-                    try:
-                        if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.time() > deadline:
-                        raise RuntimeError("the API did not become ready")
-                    time.sleep(0.2)
+                api.wait_http(f"{url}/readyz", 60)
                 _run_async(_load_api(url, min(500, args.jobs), args.concurrency))  # warm-up
                 progress(f"{workers} worker(s): {args.jobs} creates, {args.concurrency} clients")
                 latencies, errors, duration = _run_async(
                     _load_api(url, args.jobs, args.concurrency)
                 )
             finally:
-                api.send_signal(signal.SIGTERM)
-                api.wait(30)
+                api.stop(30)
         rate = args.jobs / duration
         progress(f"{workers} worker(s): {rate:.0f} creates/s, {errors} errors")
         runs.append(
@@ -456,7 +445,9 @@ def scenario_lag(args: argparse.Namespace) -> None:
         recorder = Recorder()
         projector, thread = _run_projector(common, recorder, until_caught_up=False)
         try:
-            time.sleep(5)  # the roles join their groups
+            # the roles have joined their groups
+            roles[0].wait_log("owning partition")
+            roles[1].wait_log(r"assigned \d+ partitions")
             progress(f"creating {args.rate} jobs/s for {args.duration_s} s")
             started = time.time()
             subprocess.run(
@@ -486,10 +477,7 @@ def scenario_lag(args: argparse.Namespace) -> None:
         finally:
             projector.stop()
             thread.join(30)
-            for role in roles:
-                role.send_signal(signal.SIGTERM)
-            for role in roles:
-                role.wait(60)
+            stop_all(roles, 60)
         rows = _count_rows(common)
         by_second: dict[int, list[float]] = defaultdict(list)
         for at, lag_ms in recorder.timeline:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -20,6 +19,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from duetime.core.config import CommonSettings
+from duetime.infra import harness
+from duetime.infra.harness import RoleProc
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -185,33 +188,22 @@ def bench_stack(partitions: int) -> Iterator[Any]:
             ports.unlink(missing_ok=True)
 
 
-def role_env(common: Any, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DUETIME_KAFKA_BOOTSTRAP": common.bootstrap_servers,
-        "DUETIME_DATABASE_URL": common.database_url,
-        "DUETIME_TOPIC_PREFIX": common.topic_prefix,
-        "DUETIME_PARTITIONS": str(common.partitions),
-        # workers: the benchmarks' sinks are on 127.0.0.1 and their tasks under bench.*
-        "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
-        "DUETIME_WORKER_PYTHON_MODULES": "bench,tests",
-        **extra,
-    }
+LOGS = ROOT / ".duetime" / "bench" / "logs"
 
 
-def start_role(argv: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen[bytes]:
-    logs = ROOT / ".duetime" / "bench" / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    with open(logs / f"{log_name}.log", "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "duetime.cli", *argv],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+def role_env(common: CommonSettings, **extra: str) -> dict[str, str]:
+    """The shared harness's role environment; workers import tasks from bench.* (and tests.*)."""
+    return harness.role_env(common, python_modules="bench,tests", **extra)
+
+
+def start_role(argv: list[str], env: dict[str, str], log_name: str) -> RoleProc:
+    """``duetime <argv>`` as a process of the shared harness, its log (fresh: a stale line of
+    an earlier run must not satisfy a wait) in ``.duetime/bench/logs/<log_name>.log``."""
+    log_path = LOGS / f"{log_name}.log"
+    log_path.unlink(missing_ok=True)
+    proc = RoleProc.start(log_name, argv, env, log_path=log_path)
     if argv[0] in os.environ.get("DUETIME_BENCH_PROFILE", "").split(","):
-        _profile(proc.pid, log_name)
+        _profile(proc.process.pid, log_name)
     return proc
 
 
@@ -240,17 +232,3 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def log_text(name: str) -> str:
-    path = ROOT / ".duetime" / "bench" / "logs" / f"{name}.log"
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def wait_log(name: str, pattern: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if re.search(pattern, log_text(name)):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{name}: no {pattern!r} in its log after {timeout_s} s")

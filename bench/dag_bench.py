@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -28,9 +27,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from bench.dag_harness import ResolverProcess, SimWorker, role_env
+from bench.common import LOGS
+from bench.dag_harness import ResolverProcess, SimWorker
 from duetime.core.config import CommonSettings, Env
 from duetime.core.topics import Topics
+from duetime.infra.harness import RoleProc, TopicReader, role_env, wait_for, wait_known
 from duetime.schemas.codec import Codec
 
 TEN_NODES: dict[str, list[str]] = {
@@ -84,12 +85,8 @@ def _services(partitions: int) -> Iterator[CommonSettings]:
             yield common
 
 
-def _wait(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
+def _wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    wait_for(predicate, timeout_s, what, interval_s=0.02)  # a finer poll: latencies are measured
 
 
 class Run:
@@ -97,15 +94,13 @@ class Run:
 
     def __init__(self, common: CommonSettings) -> None:
         from duetime.producers.sdk import JobClient
-        from tests.helpers import TopicReader
 
         self.common = common
-        self.scheduler = subprocess.Popen(
-            [sys.executable, "-m", "duetime.cli", "scheduler"],
-            env=role_env(common, DUETIME_LOG_LEVEL="WARNING"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+        self.scheduler = RoleProc.start(
+            "dag-bench-scheduler",
+            ["scheduler"],
+            role_env(common, DUETIME_LOG_LEVEL="WARNING"),
+            log_path=LOGS / f"dag-bench-scheduler-{common.topic_prefix}log",
         )
         self.resolver = ResolverProcess(common, {"DUETIME_LOG_LEVEL": "WARNING"}).start()
         self.worker = SimWorker(common)
@@ -126,12 +121,10 @@ class Run:
 
     def warm_up(self) -> None:
         """One run end to end: every role is up, assigned and has its topics."""
-        from tests.integration.test_dag_support import wait_known
-
         _progress("warming up (roles start, groups form)")
         wait_known(self.common, self.dag, timeout_s=60)  # a trigger must not overtake its job
         self.run_ids.append(self.client.trigger_dag(self.dag.dag_id))
-        _wait(lambda: self.completed(self.run_ids[0]), 120, "the warm-up run")
+        _wait_for(lambda: self.completed(self.run_ids[0]), 120, "the warm-up run")
         self.run_ids.clear()
 
     def completed(self, run_id: str) -> dict[str, Any] | None:
@@ -206,11 +199,7 @@ class Run:
         self.dag_runs.close()
         self.control.close()
         self.resolver.stop()
-        self.scheduler.terminate()
-        try:
-            self.scheduler.wait(20)
-        except subprocess.TimeoutExpired:
-            self.scheduler.kill()
+        self.scheduler.stop(20)
 
 
 def scenario_latency(run: Run, runs: int, gap_s: float) -> dict[str, Any]:
@@ -218,7 +207,7 @@ def scenario_latency(run: Run, runs: int, gap_s: float) -> dict[str, Any]:
     started = time.monotonic()
     for i in range(runs):
         run_id = run.trigger()
-        _wait(lambda r=run_id: run.completed(r), 60, f"run {i} to end")
+        _wait_for(lambda r=run_id: run.completed(r), 60, f"run {i} to end")
         time.sleep(gap_s)
     return {"wall_s": time.monotonic() - started}
 
@@ -232,7 +221,7 @@ def scenario_throughput(run: Run, runs: int, rate_per_s: float) -> dict[str, Any
             time.sleep(delay)
         run.trigger()
     run.client.flush()
-    _wait(
+    _wait_for(
         lambda: all(run.completed(r) for r in run.run_ids),
         300,
         "every run to end",

@@ -1,7 +1,8 @@
 """What the DAG tests and the DAG benchmark share: a resolver process and a simulated worker.
 
 ``RoleProcess`` (alias ``ResolverProcess``) runs ``python -m duetime.cli resolver`` (or
-another role) as a real process, so it can be SIGKILLed. ``SimWorker`` plays a worker on the
+another role) as a real process of the shared harness (:mod:`duetime.infra.harness`), so it
+can be SIGKILLed. ``SimWorker`` plays a worker on the
 wire: it reads execution requests like a worker (read_committed) and publishes the results a
 worker would (``success`` or ``failure``), with outcomes chosen per request by the test, and
 may hold some results back until told. Nothing here is mocked: the broker, the scheduler and
@@ -10,92 +11,55 @@ the resolver are the real ones.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
+from duetime.infra.harness import FAST_FETCH, RoleProc, assign_all, reader, role_env
 from duetime.schemas.codec import Codec
 
 Outcome = Literal["success", "failure", "fatal", "hold"]
 """success; failure (retryable: the job's retry policy decides); fatal (not retryable: dead at
 once); hold (report nothing until :meth:`SimWorker.release_held`, then success)."""
 
-LOG_DIR = Path(__file__).resolve().parents[1] / ".duetime" / "test-logs"
-
-
-def role_env(settings: CommonSettings, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DUETIME_KAFKA_BOOTSTRAP": settings.bootstrap_servers,
-        "DUETIME_DATABASE_URL": settings.database_url,
-        "DUETIME_TOPIC_PREFIX": settings.topic_prefix,
-        "DUETIME_PARTITIONS": str(settings.partitions),
-        "DUETIME_LOG_LEVEL": "INFO",
-        # workers (tests/e2e/test_dag_worker.py): tasks under tests.*
-        "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
-        "DUETIME_WORKER_PYTHON_MODULES": "tests,bench",
-        **extra,
-    }
-
 
 @dataclass
 class RoleProcess:
-    """``duetime <role>`` (the resolver by default) as a child process, its output in a file."""
+    """``duetime <role>`` (the resolver by default) as a process of the shared harness
+    (:class:`duetime.infra.harness.RoleProc`), its output in a file of its own."""
 
     settings: CommonSettings
     extra_env: dict[str, str] = field(default_factory=dict)
     role: str = "resolver"
     python_args: list[str] = field(default_factory=list)
     """Interpreter options (e.g. ``-X importtime``) or a wrapper module before ``-m``."""
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
+    proc: RoleProc | None = None
 
     def start(self) -> RoleProcess:
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.log_path = LOG_DIR / f"{self.role}-{self.settings.topic_prefix}{time.time_ns()}.log"
-        with open(self.log_path, "wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, *self.python_args, "-m", "duetime.cli", self.role],
-                env=role_env(self.settings, DUETIME_INSTANCE_ID=self.role, **self.extra_env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        name = f"{self.role}-{self.settings.topic_prefix}{time.time_ns()}"
+        env = role_env(self.settings, DUETIME_INSTANCE_ID=self.role, **self.extra_env)
+        self.proc = RoleProc.start(name, [self.role], env, python_args=self.python_args)
         return self
 
     def log(self) -> str:
-        return "" if self.log_path is None else self.log_path.read_text(errors="replace")
+        return "" if self.proc is None else self.proc.log()
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.proc is not None and self.proc.running
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+        if self.proc is not None:
+            self.proc.kill()
 
     def stop(self, timeout_s: float = 20) -> int | None:
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.process.returncode
+        return None if self.proc is None else self.proc.stop(timeout_s)
 
 
 ResolverProcess = RoleProcess
@@ -120,8 +84,10 @@ class SimWorker:
         *,
         duration_s: float = 0.0,
         report_running: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.topics = Topics(settings.topic_prefix)
         self.codec = Codec()
         self.outcome = outcome or (lambda request: "success")
@@ -137,23 +103,8 @@ class SimWorker:
         self._producer = Producer(
             {"bootstrap.servers": settings.bootstrap_servers, "linger.ms": 0, "acks": "all"}
         )
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": settings.bootstrap_servers,
-                "group.id": f"sim-worker-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        md = self._consumer.list_topics(timeout=10)
-        self._consumer.assign(
-            [
-                TopicPartition(t, p, 0)
-                for t in self.topics.executions
-                for p in md.topics[t].partitions
-            ]
-        )
+        self._consumer = reader(settings.bootstrap_servers, "sim-worker", **FAST_FETCH)
+        assign_all(self._consumer, self.topics.executions, 10)
         self._thread = threading.Thread(target=self._run, daemon=True, name="sim-worker")
         self._thread.start()
 
@@ -165,7 +116,7 @@ class SimWorker:
                 if msg.error():
                     continue
                 request = self.codec.decode("execution", msg.value() or b"")
-                now_ms = time.time_ns() // 1_000_000
+                now_ms = self.clock.now_ms()
                 with self._lock:
                     self.requests.append((request, now_ms))
                 outcome = self.outcome(request)
@@ -191,7 +142,7 @@ class SimWorker:
             self._publish(request, outcome)
 
     def _publish(self, request: dict[str, Any], outcome: Outcome | str) -> None:
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = self.clock.now_ms()
         status = {"success": "success", "running": "running"}.get(outcome, "failure")
         error = None
         if status == "failure":

@@ -64,6 +64,7 @@ from bench.common import (
 from bench.cpu import CpuMeter, per_job, pid_listening
 from bench.rawhttp import RawHttpConnection
 from bench.sink import Sink, delivery_figures
+from duetime.infra.harness import RoleProc
 
 PARTITIONS = 12
 WORKDIR = ROOT / ".duetime" / "bench" / "http"
@@ -207,21 +208,6 @@ def _egress_allowed() -> Iterator[None]:
             os.environ["DUETIME_WORKER_EGRESS_ALLOW"] = before
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the API exited with {proc.returncode}: see .duetime/bench/logs")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(f"{url}/readyz", timeout=2) as response,
-        ):
-            if response.status == 200:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"the API at {url} was not ready after {timeout_s:.0f} s")
-
-
 _METRIC = re.compile(
     r"^(duetime_worker_(?:execution_seconds|start_lateness_seconds)_(?:sum|count|bucket))"
     r"\{([^}]*)\} ([0-9.e+-]+)$"
@@ -312,7 +298,7 @@ def scenario_rate(
              f"after creation, each POSTing to a local sink")  # fmt: skip
     with wt.stack(PARTITIONS) as base, Sink(WORKDIR, f"{name}-sink") as sink:
         common = wt.fresh(base)
-        procs: dict[str, subprocess.Popen[bytes]] = {}
+        procs: dict[str, RoleProc] = {}
         try:
             procs["scheduler"] = wt.start_scheduler(common, name)
             with _egress_allowed():
@@ -331,7 +317,7 @@ def scenario_rate(
                 role_env(common, DUETIME_INSTANCE_ID=f"{name}-projector"),
                 f"{name}-projector",
             )
-            _wait_ready(api_url, procs["api"])
+            procs["api"].wait_http(f"{api_url}/readyz", 90)
             if warmup_s > 0:
                 _warm_up(api_url, rate, warmup_s, connections, name)
             kafka_port = int(common.bootstrap_servers.rsplit(":", 1)[1])
@@ -340,7 +326,7 @@ def scenario_rate(
                 {
                     "kafka": pid_listening(kafka_port),
                     "postgresql": pid_listening(pg_port),
-                    **{role: proc.pid for role, proc in procs.items()},
+                    **{role: proc.process.pid for role, proc in procs.items()},
                     "sink": sink.proc.pid if sink.proc else None,
                 }
             )
@@ -460,7 +446,7 @@ def _wait_arrivals(
     sink: Sink,
     expected: int,
     deadline_s: float,
-    procs: dict[str, subprocess.Popen[bytes]],
+    procs: dict[str, RoleProc],
     warnings: list[str],
 ) -> None:
     """Until the sink has had ``expected`` deliveries (then 2 s more, for late duplicates), or
@@ -471,10 +457,11 @@ def _wait_arrivals(
         count = sink.count()
         now = time.time()
         for role, proc in procs.items():
-            if proc.poll() is not None and role not in exited:
+            code = proc.returncode()
+            if code is not None and role not in exited:
                 exited.add(role)
-                warnings.append(f"{role} exited with {proc.returncode} during the run")
-                progress(f"warning: {role} exited with {proc.returncode}")
+                warnings.append(f"{role} exited with {code} during the run")
+                progress(f"warning: {role} exited with {code}")
         if count >= expected:
             time.sleep(2)
             return

@@ -21,12 +21,9 @@ the fetch. All on the same 2 cores: broker, scheduler, load generator and reader
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import signal
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -42,9 +39,9 @@ from bench.common import (
     role_env,
     rss_bytes,
     start_role,
-    wait_log,
     write_result,
 )
+from duetime.infra.harness import FAST_FETCH, RoleProc, assign_all, reader, stop_all
 
 TARGET = {"type": "http", "url": "http://127.0.0.1:9/noop"}
 
@@ -59,20 +56,8 @@ class Reader:
         self.codec = Codec()
         self.seen: list[tuple[str, int, int, int, int]] = []  # job, scheduled, due, emitted, recv
         self._stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": common.bootstrap_servers,
-                "group.id": f"bench-reader-{uuid.uuid4().hex[:6]}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
-        topics = Topics(common.topic_prefix).executions
-        self.consumer.assign(
-            [TopicPartition(t, p, 0) for t in topics for p in range(common.partitions)]
-        )
+        self.consumer = reader(common.bootstrap_servers, "bench-reader", **FAST_FETCH)
+        assign_all(self.consumer, Topics(common.topic_prefix).executions)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -152,24 +137,20 @@ def wait_ingested(common: Any, total: int, timeout_s: float) -> float:
         time.sleep(0.5)
 
 
-def start_scheduler(common: Any, name: str) -> Any:
+def start_scheduler(common: Any, name: str) -> RoleProc:
     env = role_env(common, DUETIME_INSTANCE_ID=name, DUETIME_LOG_LEVEL="INFO")
-    proc = start_role(["scheduler"], env, name)
-    return proc
+    return start_role(["scheduler"], env, name)
 
 
-def wait_owned(log_name: str, partitions: int, timeout_s: float = 120) -> float:
+def wait_owned(proc: RoleProc, partitions: int, timeout_s: float = 120) -> float:
     """Seconds until the log says every partition is owned (and the states restored)."""
-    from bench.common import ROOT
-
-    path = ROOT / ".duetime" / "bench" / "logs" / f"{log_name}.log"
     started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if len(set(re.findall(r"owning partition (\d+)", text))) >= partitions:
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise TimeoutError(f"{log_name} did not own {partitions} partitions in {timeout_s} s")
+    proc.wait_ready(
+        lambda: len(set(re.findall(r"owning partition (\d+)", proc.log()))) >= partitions,
+        timeout_s,
+        f"to own {partitions} partitions",
+    )
+    return time.monotonic() - started
 
 
 def summarize(
@@ -229,7 +210,7 @@ def _fire_and_read(
     with bench_stack(partitions) as common:
         proc = start_scheduler(common, f"{name}-sched")
         try:
-            wait_owned(f"{name}-sched", partitions)
+            wait_owned(proc, partitions)
             t0_ms = int((time.time() + lead_s) * 1000)
             times = due_ms(t0_ms)
             n = len(times)
@@ -254,8 +235,7 @@ def _fire_and_read(
             }
             return reader, ids, t0_ms, timing
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+            proc.stop(30)
 
 
 def scenario_rate(rate: float, duration_s: float, partitions: int) -> dict[str, Any]:
@@ -310,9 +290,9 @@ def scenario_memory(jobs: int, partitions: int) -> dict[str, Any]:
     with bench_stack(partitions) as common:
         proc = start_scheduler(common, f"{name}-sched")
         try:
-            wait_owned(f"{name}-sched", partitions)
+            wait_owned(proc, partitions)
             time.sleep(2)
-            baseline = rss_bytes(proc.pid)
+            baseline = rss_bytes(proc.process.pid)
             far = int((datetime.now(UTC) + timedelta(days=2)).timestamp() * 1000)
             progress(
                 f"creating {jobs:,} jobs due in two days (baseline RSS {baseline / 1e6:.0f} MB)"
@@ -322,14 +302,13 @@ def scenario_memory(jobs: int, partitions: int) -> dict[str, Any]:
             ingest_s = wait_ingested(common, jobs, 3600)
             ingest_rate = jobs / max(0.001, time.monotonic() - started + create_s)
             time.sleep(3)
-            loaded = rss_bytes(proc.pid)
+            loaded = rss_bytes(proc.process.pid)
             per_job = (loaded - baseline) / jobs
             progress(f"RSS {loaded / 1e6:.0f} MB: {per_job:.0f} bytes per pending job")
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+            proc.kill()
             restore_started = time.monotonic()
             proc = start_scheduler(common, f"{name}-restore")
-            restore_s = wait_owned(f"{name}-restore", partitions, timeout_s=600)
+            restore_s = wait_owned(proc, partitions, timeout_s=600)
             progress(f"a new scheduler restored {jobs:,} states in {restore_s:.1f} s")
             result = {
                 "scenario": name,
@@ -361,9 +340,7 @@ def scenario_memory(jobs: int, partitions: int) -> dict[str, Any]:
             write_result(name, result)
             return result
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(30)
+            proc.stop(30)
 
 
 def scenario_ramp(rates: list[float], duration_s: float, partitions: int) -> dict[str, Any]:
@@ -432,9 +409,9 @@ def scenario_failover(
     with bench_stack(partitions) as common:
         procs = {"a": start_scheduler(common, f"{name}-a")}
         try:
-            wait_owned(f"{name}-a", partitions)
+            wait_owned(procs["a"], partitions)
             procs["b"] = start_scheduler(common, f"{name}-b")
-            wait_log(f"{name}-b", "owning partition")
+            procs["b"].wait_log("owning partition")
             time.sleep(5)  # the rebalance settles: each owns half
             t0_ms = int((time.time() + lead_s) * 1000)
             times = [t0_ms + int(i * 1000 / rate) for i in range(n)]
@@ -446,7 +423,6 @@ def scenario_failover(
             while time.time() * 1000 < kill_ms:
                 time.sleep(0.01)
             procs["a"].kill()  # SIGKILL: no goodbye to the group, an open transaction
-            procs["a"].wait(10)
             progress(f"SIGKILLed scheduler a at T0 + {kill_at_s:g} s")
             while time.time() * 1000 < restart_ms:
                 time.sleep(0.01)
@@ -459,10 +435,7 @@ def scenario_failover(
             time.sleep(2)
             reader.close()
         finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    proc.wait(30)
+            stop_all(procs.values(), 30)
     result = summarize(
         name,
         reader,

@@ -33,7 +33,6 @@ import asyncio
 import json
 import re
 import signal
-import subprocess
 import threading
 import time
 import urllib.request
@@ -45,19 +44,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from bench.common import (
-    ROOT,
     bench_stack,
     percentiles,
     plot_series,
     progress,
     role_env,
     start_role,
-    wait_log,
     write_result,
 )
+from duetime.infra.harness import FAST_FETCH, RoleProc, assign_all, reader, stop_all
 
 NOOP = "bench.worker_throughput:noop"
 PARTITIONS = 12
@@ -121,26 +119,11 @@ class Results:
         self.failures = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": common.bootstrap_servers,
-                "group.id": f"bench-results-{uuid.uuid4().hex[:6]}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 10,
-            }
-        )
+        self.consumer = reader(common.bootstrap_servers, "bench-results", **FAST_FETCH)
         topics = Topics(common.topic_prefix)
         # the requests too: when each was emitted and when it became visible to a reader
         self.requests: dict[str, tuple[int, int]] = {}  # eid -> (emitted_at_ms, received_ms)
-        self.consumer.assign(
-            [
-                TopicPartition(t, p, 0)
-                for t in (topics.results, *topics.executions)
-                for p in range(common.partitions)
-            ]
-        )
+        assign_all(self.consumer, (topics.results, *topics.executions))
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -187,13 +170,12 @@ class Results:
 # --- processes ------------------------------------------------------------------------------
 
 
-def start_workers(common: Any, n: int, tag: str) -> list[subprocess.Popen[bytes]]:
+def start_workers(common: Any, n: int, tag: str) -> list[RoleProc]:
     procs = []
     for i in range(n):
         name = f"{tag}-worker-{i}"
         env = role_env(
             common,
-            PYTHONPATH=str(ROOT),
             DUETIME_INSTANCE_ID=name,
             DUETIME_LOG_LEVEL="INFO",
             DUETIME_WORKER_CONCURRENCY=str(WORKER_CONCURRENCY),
@@ -201,12 +183,12 @@ def start_workers(common: Any, n: int, tag: str) -> list[subprocess.Popen[bytes]
             DUETIME_METRICS_PORT=str(METRICS_BASE_PORT + i),
         )
         procs.append(start_role(["worker"], env, name))
-    for i in range(n):
-        wait_log(f"{tag}-worker-{i}", r"assigned \d+ partitions")
+    for proc in procs:
+        proc.wait_log(r"assigned \d+ partitions")
     return procs
 
 
-def start_scheduler(common: Any, tag: str) -> subprocess.Popen[bytes]:
+def start_scheduler(common: Any, tag: str) -> RoleProc:
     from bench.scheduler import wait_owned
 
     name = f"{tag}-sched"
@@ -214,19 +196,12 @@ def start_scheduler(common: Any, tag: str) -> subprocess.Popen[bytes]:
         common, DUETIME_INSTANCE_ID=name, DUETIME_METRICS_PORT=str(SCHEDULER_METRICS_PORT)
     )
     proc = start_role(["scheduler"], env, name)
-    wait_owned(name, common.partitions)
+    wait_owned(proc, common.partitions)
     return proc
 
 
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def stop(procs: list[RoleProc]) -> None:
+    stop_all(procs, 60)
 
 
 def scrape(n: int) -> dict[str, float]:

@@ -87,15 +87,10 @@ class Child:
             self.start()
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not stop in %.0f s: killing it", self.name, timeout_s)
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(5)
+        from duetime.infra.process import terminate
+
+        if self.process is not None:
+            terminate(self.process, timeout_s, self.name, kill_wait_s=5)
 
 
 @dataclass
@@ -278,7 +273,7 @@ def _demo(common: Any, stop: threading.Event) -> None:
             ],
             schedule={"cron": "*/30 * * * * *"},
         )
-    names = {j.job_id: j.definition["name"] for j in jobs}
+    names = {j.job_id: j.definition.name for j in jobs}
     print(f"demo: created {len(jobs)} jobs: {', '.join(names.values())}", flush=True)
     print(f"demo: DAG demo-pipeline ({dag.dag_id}) runs every 30 s", flush=True)
     topics = Topics(common.topic_prefix)

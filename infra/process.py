@@ -7,8 +7,9 @@ Guarantees:
 - ``wait_until`` never waits past its deadline; its error names what it waited for.
 - ``port_holder`` answers from /proc (no root-only tools needed) and degrades to ``ss``;
   it never raises for a missing tool.
-- ``stop_process_group`` sends SIGTERM, waits up to the deadline, then SIGKILLs the whole
-  process group, and only ever signals the process id it was given (and its group).
+- ``terminate`` (and ``stop_process_group``, its form for servers) sends SIGTERM, waits up to
+  the deadline, then SIGKILLs the whole process group, and only ever signals the process id it
+  was given (and its group).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("duetime.infra")
 
@@ -206,27 +208,79 @@ def stop_process_group(pid: int, timeout_s: float, what: str) -> None:
     The process must have been started with ``start_new_session=True`` so that its group
     holds only it and its children.
     """
-    if not pid_alive(pid):
-        return
+    terminate(pid, timeout_s, what, term_group=True)
+
+
+def terminate(
+    target: int | subprocess.Popen[Any],
+    timeout_s: float,
+    what: str,
+    *,
+    term_group: bool = False,
+    kill_wait_s: float = 10,
+) -> int | None:
+    """SIGTERM → wait up to ``timeout_s`` → SIGKILL the process group: the one way a process
+    we started is stopped (local servers, roles in tests, benchmarks and ``duetime dev``).
+
+    ``target`` is our ``Popen`` child (its exit status is collected and returned) or a bare
+    pid (a server found by its pid file; returns None). SIGTERM goes to the process alone
+    unless ``term_group``: a role's own handler shuts its children down in order, whereas a
+    server's launcher script wants the whole group told. A stopped (SIGSTOP) group is
+    continued first, or it could never act on the SIGTERM. SIGKILL always goes to the whole
+    group (the target must lead its own session, ``start_new_session=True``). Raises
+    ``InfraError`` when the process outlives SIGKILL by ``kill_wait_s``.
+    """
+    pid = target if isinstance(target, int) else target.pid
+    if _gone(target, 0):
+        return _status(target)
     log.info("stopping %s (pid %d)", what, pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGCONT)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        reap(pid)
-        if not pid_alive(pid):
-            return
-        time.sleep(0.1)
+        if term_group:
+            os.killpg(pid, signal.SIGTERM)
+        else:
+            os.kill(pid, signal.SIGTERM)
+    if _gone(target, timeout_s):
+        return _status(target)
     log.warning("%s (pid %d) ignored SIGTERM for %.0f s; sending SIGKILL", what, pid, timeout_s)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        reap(pid)
-        if not pid_alive(pid):
-            return
+    return kill_group(target, what, kill_wait_s)
+
+
+def kill_group(target: int | subprocess.Popen[Any], what: str, wait_s: float = 10) -> int | None:
+    """SIGKILL the process group led by ``target`` (after a SIGCONT, so a paused group dies
+    too) and wait until its leader is gone; its exit status when ``target`` is our child."""
+    pid = target if isinstance(target, int) else target.pid
+    if _gone(target, 0):
+        return _status(target)
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+    if not _gone(target, wait_s):
+        raise InfraError(f"{what} (pid {pid}) survived SIGKILL")
+    return _status(target)
+
+
+def _gone(target: int | subprocess.Popen[Any], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``target`` to end (reaping it when it is our child)."""
+    if not isinstance(target, int):
+        try:
+            target.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap(target)
+        if not pid_alive(target):
+            return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.1)
-    raise InfraError(f"{what} (pid {pid}) survived SIGKILL")
+
+
+def _status(target: int | subprocess.Popen[Any]) -> int | None:
+    return None if isinstance(target, int) else target.returncode
 
 
 def tail(path: Path, lines: int = 30) -> str:

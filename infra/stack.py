@@ -18,6 +18,7 @@ from duetime.core.config import CommonSettings, Env
 
 from .local_kafka import LocalKafka
 from .local_postgres import LocalPostgres
+from .process import pid_alive
 
 log = logging.getLogger("duetime.infra.stack")
 
@@ -125,7 +126,7 @@ class LocalStack:
         """Unregister; stop the services when no other live process uses them. True if stopped."""
         users = self.settings.home / "users"
         (users / str(os.getpid())).unlink(missing_ok=True)
-        others = [f for f in users.iterdir() if f.name.isdigit() and _alive(int(f.name))]
+        others = [f for f in users.iterdir() if f.name.isdigit() and pid_alive(int(f.name))]
         for stale in set(users.iterdir()) - set(others):
             stale.unlink(missing_ok=True)
         if others:
@@ -133,13 +134,3 @@ class LocalStack:
             return False
         self.down()
         return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

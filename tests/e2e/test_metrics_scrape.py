@@ -7,13 +7,13 @@ declare themselves).
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
 from duetime.core.config import CommonSettings
+from duetime.infra.harness import scrape
 from duetime.infra.process import free_port
 from duetime.producers.sdk import JobClient
 from tests.e2e.procs import Role, role_env
@@ -63,11 +63,6 @@ def roles(settings: CommonSettings) -> Iterator[dict[str, tuple[Role, int]]]:
             role.stop(10)
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
-        return str(answer.read().decode())
-
-
 def test_every_role_exports_its_metrics(
     settings: CommonSettings, roles: dict[str, tuple[Role, int]]
 ) -> None:
@@ -78,22 +73,14 @@ def test_every_role_exports_its_metrics(
             target={"type": "python", "ref": "duetime.demo:hello"},
         )
     for name, (role, port) in roles.items():
-
-        def exported(port: int = port, role: Role = role) -> str | None:
-            assert role.process.poll() is None, f"{role.name} exited:\n{role.log()[-2000:]}"
-            try:
-                return scrape(port)
-            except OSError:
-                return None
-
-        text = wait_for(exported, 60, f"{name}'s /metrics on port {port}", interval_s=0.3)
-        assert text is not None
+        # fails at once, with the role's log, if the role exits instead
+        text = role.wait_metrics(port, 60)
         declared = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
         missing = EXPECTED[name] - declared
         assert not missing, f"{name} does not export {sorted(missing)}"
     # the job ran end to end: the worker counted a finished execution
     wait_for(
-        lambda: "duetime_worker_executions_finished_total{" in scrape(roles["worker"][1]),
+        lambda: "duetime_worker_executions_finished_total{" in (scrape(roles["worker"][1]) or ""),
         60,
         "the worker to report the job's execution",
     )

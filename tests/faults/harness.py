@@ -7,9 +7,10 @@ HTTP sink, a read_committed recorder, and a history for the offline checker (``c
   partitions elsewhere (a small tmpfs); the metadata log stays under the run directory.
 - :class:`Scenario` is one test on that stack: its own topic prefix and database, a
   :class:`~tests.faults.history.History`, an :class:`HttpSink`, a :class:`Recorder`, and the
-  roles it started (:class:`RoleProc`). ``role_bootstrap`` / ``role_database_url`` are what
-  the roles are given (point them at a proxy to cut their traffic). ``finish()`` stops the
-  roles, audits the topics and the projection, and returns the checker's report.
+  roles it started (:class:`~duetime.infra.harness.RoleProc`, the shared harness).
+  ``role_bootstrap`` / ``role_database_url`` are what the roles are given (point them at a
+  proxy to cut their traffic). ``finish()`` stops the roles, audits the topics and the
+  projection, and returns the checker's report.
 
 Nothing here is mocked: the roles are ``python -m duetime.cli <role>`` processes, each in
 its own process group, killed by the pid the harness holds.
@@ -22,44 +23,31 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from duetime.core.config import CommonSettings, Env
 from duetime.core.topics import Topics
-from duetime.infra.process import pid_alive
+from duetime.infra.harness import ROOT, RoleProc, assign_all, reader, role_env, wait_for
+from duetime.infra.process import kill_group
 from duetime.schemas.codec import Codec
 
 from .checker import Report, check
 from .history import History, now_ms
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["FaultStack", "RoleProc", "Scenario", "size", "utc_ms", "wait_for", "write_figures"]
+
 FAULTS_HOME = ROOT / ".duetime" / "faults"
 RESULTS = ROOT / "bench" / "results"
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.2
-) -> Any:
-    """Poll until truthy; fail naming what we waited for (deadline, never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    last = predicate()
-    while not last:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(interval_s)
-        last = predicate()
-    return last
 
 
 # --- the servers -----------------------------------------------------------------------------
@@ -129,9 +117,7 @@ class FaultStack:
         pid = self.kafka.pid
         if pid is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        wait_for(lambda: not pid_alive(pid), 30, f"broker pid {pid} to die")
+        kill_group(pid, f"broker pid {pid}", 30)
         self.kafka.pid_file.unlink(missing_ok=True)
         self.kafka._proc = None
 
@@ -160,93 +146,6 @@ class FaultStack:
     def scenario(self, name: str, partitions: int = 6, **config: Any) -> Scenario:
         """A fresh topic prefix and database on this stack, with a history and a sink."""
         return Scenario(self, name, partitions, config)
-
-
-# --- roles as processes ----------------------------------------------------------------------
-
-
-class RoleProc:
-    """One role process (``python -m duetime.cli <argv>``) in its own process group."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log_dir = log_dir
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log_path = log_dir / f"{name}.log"
-        self.starts = 0
-
-    def start(self) -> RoleProc:
-        if self.running:
-            return self
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.starts += 1
-        with open(self.log_path, "ab") as out:
-            out.write(f"\n--- harness: start #{self.starts} at {time.ctime()} ---\n".encode())
-            out.flush()
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "duetime.cli", *self.argv],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=str(ROOT),
-                start_new_session=True,
-            )
-        return self
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def _signal(self, sig: int) -> None:
-        if self.running and self.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL the process group and reap it."""
-        if self.process is None:
-            return
-        self._signal(signal.SIGCONT)
-        self._signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(15)
-
-    def terminate(self, timeout_s: float = 60) -> int | None:
-        """SIGTERM, wait up to ``timeout_s`` for a clean exit, else SIGKILL."""
-        if self.process is None:
-            return None
-        if self.running:
-            self._signal(signal.SIGCONT)
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.process.returncode
-
-    def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def restart(self) -> RoleProc:
-        self.kill()
-        return self.start()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def log_count(self, needle: str) -> int:
-        return self.log().count(needle)
 
 
 # --- the HTTP sink ---------------------------------------------------------------------------
@@ -361,21 +260,8 @@ class Recorder:
         self.positions: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": settings.bootstrap_servers,
-                "group.id": f"fault-recorder-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "log_level": 3,
-            }
-        )
-        names = [*self.topics.executions, self.topics.results]
-        md = self.consumer.list_topics(timeout=30)
-        self.consumer.assign(
-            [TopicPartition(t, p, 0) for t in names for p in md.topics[t].partitions]
-        )
+        self.consumer = reader(settings.bootstrap_servers, "fault-recorder")
+        assign_all(self.consumer, [*self.topics.executions, self.topics.results])
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self._thread.start()
 
@@ -510,29 +396,32 @@ class Scenario:
     # --- roles ----------------------------------------------------------------------------
 
     def role_env(self, name: str, **extra: str) -> dict[str, str]:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "DUETIME_KAFKA_BOOTSTRAP": self.role_bootstrap,
-            "DUETIME_DATABASE_URL": self.role_database_url,
-            "DUETIME_TOPIC_PREFIX": self.settings.topic_prefix,
-            "DUETIME_PARTITIONS": str(self.settings.partitions),
-            "DUETIME_LOG_LEVEL": "INFO",
-            "DUETIME_INSTANCE_ID": name,
-            "DUETIME_SCHEDULER_STATE_DIR": str(self.dir / "state" / name),
-            # workers: the scenarios' HTTP sinks are on 127.0.0.1 and their tasks under tests.*
-            "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
-            "DUETIME_WORKER_PYTHON_MODULES": "tests,bench",
-        }
-        env.update(extra)
-        return env
+        """The shared harness's environment, pointed at ``role_bootstrap`` and
+        ``role_database_url``, with a scheduler state directory of the role's own."""
+        settings = replace(
+            self.settings,
+            bootstrap_servers=self.role_bootstrap,
+            database_url=self.role_database_url,
+        )
+        return role_env(
+            settings,
+            DUETIME_INSTANCE_ID=name,
+            DUETIME_SCHEDULER_STATE_DIR=str(self.dir / "state" / name),
+            **extra,
+        )
+
+    def role(self, name: str, argv: list[str], **env: str) -> RoleProc:
+        """A role of this scenario (not started), its log in the scenario's ``logs``."""
+        return RoleProc(
+            name, argv, self.role_env(name, **env), log_path=self.dir / "logs" / f"{name}.log"
+        )
 
     def start_role(self, kind: str, name: str | None = None, *args: str, **env: str) -> RoleProc:
         """Start ``duetime <kind> [args]`` as ``name`` (default: kind-N) with extra env."""
         name = name or f"{kind}-{sum(1 for r in self.roles.values() if r.argv[0] == kind) + 1}"
-        role = RoleProc(name, [kind, *args], self.role_env(name, **env), self.dir / "logs")
+        role = self.role(name, [kind, *args], **env)
         self.roles[name] = role
-        return role.start()
+        return role.spawn()
 
     def of_kind(self, kind: str) -> list[RoleProc]:
         return [r for r in self.roles.values() if r.argv[0] == kind]
@@ -565,7 +454,7 @@ class Scenario:
 
     def workers_assigned(self, timeout_s: float = 90) -> None:
         for w in self.of_kind("worker"):
-            wait_for(lambda w=w: "assigned" in w.log(), timeout_s, f"{w.name}'s assignment")  # type: ignore[misc]
+            w.wait_log("assigned", timeout_s)
 
     # --- jobs -----------------------------------------------------------------------------
 
@@ -617,7 +506,7 @@ class Scenario:
         """Stop the roles, audit the logs and the projection, and check the history."""
         if stop_roles:
             for role in self.roles.values():
-                role.terminate(timeout_s=30)
+                role.stop(timeout_s=30)
         self._audit_topics(settle_s)
         if statuses:
             self._record_statuses()
@@ -726,14 +615,8 @@ class Scenario:
         projectors = [r for r in self.of_kind("projector")]
         if projectors:
             # the projector was stopped with the roles: run one more until it has caught up
-            catch_up = RoleProc(
-                "projector-final",
-                ["projector", "--until-caught-up"],
-                self.role_env("projector-final"),
-                self.dir / "logs",
-            ).start()
+            catch_up = self.role("projector-final", ["projector", "--until-caught-up"]).spawn()
             try:
-                assert catch_up.process is not None
                 catch_up.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 catch_up.kill()
@@ -768,15 +651,8 @@ def _read_offsets(
     todo = {tp: end for tp, end in ends.items() if end > 0}
     if not todo:
         return out
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"fault-audit-{uuid.uuid4().hex[:8]}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "log_level": 3,
-        }
+    consumer = reader(
+        bootstrap, "fault-audit", **{"isolation.level": isolation, "enable.partition.eof": True}
     )
     try:
         consumer.assign([TopicPartition(t, p, 0) for (t, p) in todo])
@@ -804,15 +680,18 @@ def _read_offsets(
 # --- results -------------------------------------------------------------------------------------
 
 
-def write_figures(name: str, report: Report, size: str, config: dict[str, Any]) -> Path:
+def write_figures(
+    name: str, report: Report | dict[str, Any], size: str, config: dict[str, Any]
+) -> Path:
     """``bench/results/faults-<name>.json`` (``faults-<name>-ci.json`` at the CI size, so
-    that ``./run test`` never overwrites the campaign's figures): the report's figures with
-    the machine record."""
+    that ``./run test`` never overwrites the campaign's figures): the report's figures (or
+    a scenario's own counts) with the machine record."""
     from bench.common import machine
 
     RESULTS.mkdir(parents=True, exist_ok=True)
+    figures = report.figures() if isinstance(report, Report) else report
     result = {
-        **report.figures(),
+        **figures,
         "size": size,
         "config": config,
         "machine": machine(),

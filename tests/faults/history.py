@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from duetime.core.clock import SYSTEM_CLOCK
+
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    """Wall-clock ms of the shared Clock (the roles' own time source)."""
+    return SYSTEM_CLOCK.now_ms()
 
 
 class History:

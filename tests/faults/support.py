@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
-from tests.faults.harness import Scenario
+from duetime.infra.harness import reader
+from tests.faults.harness import Scenario, size, write_figures
 
 
 def lateness_vs_schedule_ms(scenario: Scenario) -> float:
@@ -37,22 +36,8 @@ def write_counts(name: str, figures: dict[str, Any], config: dict[str, Any]) -> 
     """``bench/results/faults-<name>.json`` (``-ci`` at the CI size, as ``write_figures``) for a
     scenario judged without the history checker (poison, oversized): its own counts in the
     fields the reliability table reads."""
-    from bench.common import machine
-    from tests.faults.harness import RESULTS, size
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    result = {
-        "recovery_s": None,
-        "max_lateness_ms": None,
-        **figures,
-        "size": size(),
-        "config": config,
-        "machine": machine(),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    path = RESULTS / f"faults-{name}{'' if size() == 'full' else '-' + size()}.json"
-    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    return path
+    counts = {"recovery_s": None, "max_lateness_ms": None, **figures}
+    return write_figures(name, counts, size(), config)
 
 
 @dataclass
@@ -68,15 +53,7 @@ class Parked:
 def parked(settings: CommonSettings) -> list[Parked]:
     """Everything in the poison topic now (read to its end)."""
     topics = Topics(settings.topic_prefix)
-    c = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"poison-check-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+    c = reader(settings.bootstrap_servers, "poison-check", **{"enable.partition.eof": True})
     try:
         tps = [TopicPartition(topics.poison, p, 0) for p in range(settings.partitions)]
         c.assign(tps)

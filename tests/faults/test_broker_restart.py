@@ -109,7 +109,7 @@ def test_broker_sigkill_mid_transaction_and_restart(
         f"{expected} effects after the broker's restart",
         interval_s=1,
     )
-    exited = {r.name: r.process.returncode for r in scenario.roles.values() if not r.running}  # type: ignore[union-attr]
+    exited = {r.name: r.returncode() for r in scenario.roles.values() if not r.running}
     report = scenario.finish()
     config: dict[str, Any] = {
         "one_time_jobs": sized["jobs"],

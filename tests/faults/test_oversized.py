@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -163,7 +164,7 @@ def test_oversized_definitions_and_results_fail_alone(
             # a definition the SDK would refuse, written straight to the topic (as a buggy
             # or foreign producer could): just under the broker's record limit
             template = client.build(body(name="too-big-for-the-scheduler"))
-            giant = {**template, "labels": {"blob": "g" * 1_030_000}}
+            giant = dataclasses.replace(template, labels={"blob": "g" * 1_030_000})
             raw = Producer(
                 {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 1_048_000}
             )
@@ -174,9 +175,7 @@ def test_oversized_definitions_and_results_fail_alone(
                 for i in range(6)
             ]
             for p in range(settings.partitions):
-                raw.produce(
-                    topics.jobs, key=giant["job_id"], value=codec.encode("job", giant), partition=p
-                )
+                raw.produce(topics.jobs, key=giant.job_id, value=codec.dump(giant), partition=p)
             assert raw.flush(30) == 0
             python_jobs: dict[str, str] = {}
             for i in range(30):
@@ -230,12 +229,12 @@ def test_oversized_definitions_and_results_fail_alone(
         {
             "python_results": {"ok": 10, "2 MiB output": 10, "2 MiB error message": 10},
             "http_jobs": len(http_jobs),
-            "definition_bytes": len(codec.encode("job", giant)),
+            "definition_bytes": len(codec.dump(giant)),
             "edge": "SDK, REST (413), CLI refuse payload/labels/target over their limits",
         },
     )
     assert {j: n for j, n in per_job.items() if n != 1} == {}
-    assert giant["job_id"] not in per_job
+    assert giant.job_id not in per_job
     for job_id in http_jobs:
         assert [r["status"] for r in done[job_id]] == ["success"]
     assert Counter(d.job_id for d in sink.deliveries) == Counter(dict.fromkeys(http_jobs, 1))

@@ -43,7 +43,6 @@ from tests.helpers import TopicReader, wait_for
 from tests.integration.test_dag_support import delete_internal_topics, wait_known
 from tests.integration.test_worker_support import Sink
 
-ROOT = Path(__file__).resolve().parents[2]
 NOW = {"at": "2020-01-01T00:00:00Z"}
 JOBS_PER_PHASE = {"ci": 20, "full": 200}[size()]
 NOT_A_UUID = "not-a-uuid"
@@ -88,7 +87,6 @@ class Roles:
     def start(self) -> None:
         env = role_env(
             self.settings,
-            PYTHONPATH=str(ROOT),
             DUETIME_SCHEDULER_STATE_DIR=str(self.state_dir),
             DUETIME_LEASE_TTL_S="5",
             # the sink's listen backlog is 5: more calls at once are refused and retried 10 s

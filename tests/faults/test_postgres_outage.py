@@ -21,7 +21,6 @@ import pytest
 from duetime.consumers.projector.store import checksums
 from tests.faults.harness import (
     FaultStack,
-    RoleProc,
     Scenario,
     size,
     utc_ms,
@@ -38,13 +37,9 @@ WORKER_ENV = {"DUETIME_WORKER_CONCURRENCY": "50", "DUETIME_LEASE_TTL_S": "5"}
 
 
 def rebuild_checksums(scenario: Scenario) -> dict[str, tuple[int, str]]:
-    rebuild = RoleProc(
-        "projector-rebuild",
-        ["projector", "--rebuild", "--until-caught-up"],
-        scenario.role_env("projector-rebuild"),
-        scenario.dir / "logs",
-    ).start()
-    assert rebuild.process is not None
+    rebuild = scenario.role(
+        "projector-rebuild", ["projector", "--rebuild", "--until-caught-up"]
+    ).spawn()
     try:
         assert rebuild.process.wait(180) == 0, rebuild.log()[-3000:]
     finally:

@@ -60,7 +60,7 @@ def test_competing_schedulers_under_churn_fire_each_job_once(
             how = "sigkill" if removals % 2 == 0 else "sigterm"
             removals += 1
             with scenario.fault(f"{how}-{victim.name}-{len(steps) + 1}"):
-                victim.kill() if how == "sigkill" else victim.terminate(timeout_s=30)
+                victim.kill() if how == "sigkill" else victim.stop(timeout_s=30)
             steps.append(how)
 
     wait_for(

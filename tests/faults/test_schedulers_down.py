@@ -116,7 +116,7 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
                     one_time[job.job_id] = job
         time.sleep(max(0.0, down_s - (time.time() * 1000 - killed_ms) / 1000))
         for s in schedulers:
-            s.start()
+            s.spawn()
         restarted_ms = int(time.time() * 1000)
         fault.update(down_s=down_s, k_ms=k_ms)
     scenario.schedulers_own_all(2)

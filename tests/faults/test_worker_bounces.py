@@ -70,8 +70,8 @@ def test_worker_bounces_lose_nothing_and_double_nothing(
             if how == "sigkill":
                 victim.kill()
             else:
-                victim.terminate(timeout_s=60)
-            victim.start()
+                victim.stop(timeout_s=60)
+            victim.spawn()
         time.sleep(1.0)  # the group settles before the next victim
     wait_for(lambda: scenario.sink.effects() >= n, 600, f"{n} effects", interval_s=1)
     report = scenario.finish()

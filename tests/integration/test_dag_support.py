@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from bench.dag_harness import SimWorker
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
-from duetime.producers.sdk import DagCreated
+from duetime.infra.harness import wait_known as wait_known  # the shared harness's, re-exported
 from tests.helpers import TopicReader, wait_for
 
 TARGET = {"type": "python", "ref": "tests.tasks:noop"}
@@ -44,24 +44,6 @@ def sim_worker(settings: CommonSettings, *args: Any, **kwargs: Any) -> Iterator[
         yield worker
     finally:
         worker.close()
-
-
-def wait_known(settings: CommonSettings, dag: DagCreated, timeout_s: float = 30) -> None:
-    """Wait until the scheduler has taken in every job of the DAG (its state is written).
-
-    A control command that overtakes its job's definition (they travel on two topics) finds
-    no job and is dropped by the scheduler, so a test triggers a DAG only after this.
-    """
-    wanted = {dag.trigger_job_id, *dag.job_ids.values()}
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).state], "state")
-    try:
-        wait_for(
-            lambda: wanted <= {s["job_id"] for s in reader.snapshot()},
-            timeout_s,
-            "the scheduler to take in the DAG's jobs",
-        )
-    finally:
-        reader.close()
 
 
 def run_events(reader: TopicReader, run_id: str) -> list[dict[str, Any]]:
