@@ -1,4 +1,4 @@
-"""Pure mapping from decoded events to projection rows: no I/O, no clock.
+"""Pure mapping from decoded records to projection rows: no I/O, no clock.
 
 Every merge here is *commutative and idempotent*: the row a set of events produces does not
 depend on the order in which the topics were read, and applying an event twice changes
@@ -22,15 +22,42 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar, TypeAlias
 
 from duetime.core.jobspec import schedule_to_api, target_to_api
-from duetime.core.projection import dt, job_row
+from duetime.core.models import DagRunEventKind, Priority, ResultStatus, Status, Trigger
+from duetime.core.projection import Row, dt, job_row
+from duetime.core.records import (
+    DagDefinition,
+    DagRunEvent,
+    DeadLetter,
+    ExecutionRequest,
+    ExecutionResult,
+    JobDefinition,
+    SchedulerState,
+)
 
-Record = dict[str, Any]
+__all__ = [
+    "Attempt",
+    "DagRunDelta",
+    "Execution",
+    "ExecutionEvent",
+    "Row",
+    "StoredExecution",
+    "apply",
+    "dag_row",
+    "dead_letter_row",
+    "dt",
+    "execution_from_row",
+    "execution_row",
+    "fold_dag_runs",
+    "iso",
+    "job_row",
+    "job_row_of",
+]
 
-# execution status of the latest attempt, from the furthest phase it reached
-_DEAD = "dead"
+ExecutionEvent: TypeAlias = ExecutionRequest | ExecutionResult | DeadLetter
+"""What an execution's row is merged from."""
 
 
 def iso(ms: int | None) -> str | None:
@@ -42,172 +69,287 @@ def iso(ms: int | None) -> str | None:
 # --- jobs ----------------------------------------------------------------------------------
 
 
-def job_row_from_state(state: Mapping[str, Any], offset: int) -> Record:
-    row = job_row(state["definition"], with_next_run=False)
-    row["status"] = state["status"]
-    row["next_run_at"] = dt(state.get("next_run_at_ms"))
-    row["status_at"] = dt(state["updated_at_ms"])
-    row["state_offset"] = offset
-    return row
+def job_row_of(definition: JobDefinition | None, state: SchedulerState | None, offset: int) -> Row:
+    """A job's row from the newest definition and the newest scheduler state (at ``offset``
+    in its state partition) a batch holds; at least one of them is given.
 
-
-def merge_job(a: Record | None, b: Record) -> Record:
-    """Combine two rows of the same job: the newer definition, the newer status."""
-    if a is None:
-        return b
-    newer_def = b if b["revision"] >= a["revision"] else a
-    newer_status = b if b["state_offset"] > a["state_offset"] else a
-    merged = dict(newer_def)
-    for col in ("status", "next_run_at", "status_at", "state_offset"):
-        merged[col] = newer_status[col]
-    return merged
+    The definition columns come from whichever definition has the higher revision (the
+    state's own on a tie), the status columns from the state: what the upsert's guards keep
+    when the two rows meet in PostgreSQL.
+    """
+    if state is None:
+        if definition is None:
+            raise ValueError("a job row needs a definition or a scheduler state")
+        return job_row(definition)
+    newest = state.definition
+    if definition is not None and definition.revision > newest.revision:
+        newest = definition
+    return {
+        **job_row(newest, with_next_run=False),
+        "status": state.status,
+        "next_run_at": dt(state.next_run_at_ms),
+        "status_at": dt(state.updated_at_ms),
+        "state_offset": offset,
+    }
 
 
 # --- executions ----------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of an execution as merged so far; stored as JSON in the row's ``attempts``.
+
+    A JSON key is present only once the event that writes it was seen (``to_json``), exactly
+    as the projection has always stored them: requested (due/queued/trigger), started
+    (``_start``, started_at), finished (``_end``, result, finished_at, error), dead_at.
+    """
+
+    attempt: int
+    due_at_ms: int | None = None
+    queued_at_ms: int | None = None
+    trigger: str | None = None
+    start: tuple[int, str] | None = None
+    """(lease token, worker) of the ``running`` report shown."""
+    started_at_ms: int | None = None
+    started_at: str | None = None
+    end: tuple[int, str] | None = None
+    """(lease token, worker) of the final report shown."""
+    result: str | None = None
+    finished_at: str | None = None
+    error: Any = None
+    """The error as JSON (the worker's ErrorInfo, or the dead letter's)."""
+    has_error: bool = False
+    worker_id: str | None = None
+    dead_at: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Attempt:
+        """From a stored attempt (a row read back from PostgreSQL)."""
+        get = data.get
+        start, end = get("_start"), get("_end")
+        return cls(
+            attempt=int(get("attempt", 0)),
+            due_at_ms=get("due_at_ms"),
+            queued_at_ms=get("queued_at_ms"),
+            trigger=get("trigger"),
+            start=None if start is None else (int(start[0]), str(start[1])),
+            started_at_ms=get("started_at_ms"),
+            started_at=get("started_at"),
+            end=None if end is None else (int(end[0]), str(end[1])),
+            result=get("result"),
+            finished_at=get("finished_at"),
+            error=get("error"),
+            has_error="error" in data,
+            worker_id=get("worker_id"),
+            dead_at=get("dead_at"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"attempt": self.attempt}
+        if self.due_at_ms is not None:
+            out.update(
+                due_at=iso(self.due_at_ms),
+                queued_at=iso(self.queued_at_ms),
+                due_at_ms=self.due_at_ms,
+                queued_at_ms=self.queued_at_ms,
+                trigger=self.trigger,
+            )
+        if self.start is not None:
+            out.update(_start=list(self.start))
+        if self.start is not None or self.started_at_ms is not None:
+            out.update(started_at=self.started_at, started_at_ms=self.started_at_ms)
+        if self.end is not None:
+            out.update(_end=list(self.end))
+        if self.result is not None:
+            out.update(result=self.result, finished_at=self.finished_at)
+        if self.has_error:
+            out.update(error=self.error)
+        if self.worker_id is not None:
+            out.update(worker_id=self.worker_id)
+        if self.dead_at is not None:
+            out.update(dead_at=self.dead_at)
+        return out
+
+    def status(self) -> str:
+        """The attempt's status, from the furthest phase it reached."""
+        if self.dead_at is not None:
+            return Status.DEAD.value
+        if self.result == "success":
+            return Status.SUCCESS.value
+        if self.result == "failure":
+            return Status.FAILED.value
+        if self.started_at is not None:
+            return Status.RUNNING.value
+        return Status.QUEUED.value
+
+
 @dataclass
 class Execution:
-    """An execution being merged: its identity, its context and one dict per attempt."""
+    """An execution being merged: its identity, its context and its attempts."""
 
     execution_id: str
     scheduled_at_ms: int
     job_id: str
     name: str = ""
-    priority: str = "normal"
+    priority: str = Priority.NORMAL.value
     trigger: str | None = None
     dag_id: str | None = None
     dag_run_id: str | None = None
-    attempts: dict[int, Record] = field(default_factory=dict)
+    attempts: dict[int, Attempt] = field(default_factory=dict)
 
-    def attempt(self, n: int) -> Record:
-        return self.attempts.setdefault(n, {"attempt": n})
+    def attempt(self, n: int) -> Attempt:
+        found = self.attempts.get(n)
+        if found is None:
+            found = self.attempts[n] = Attempt(n)
+        return found
 
 
-def execution_from_row(row: Mapping[str, Any]) -> Execution:
-    ex = Execution(
-        execution_id=str(row["execution_id"]),
-        scheduled_at_ms=int(row["scheduled_at"].timestamp() * 1000),
-        job_id=str(row["job_id"]),
-        name=row["name"],
-        priority=row["priority"],
-        trigger=row["trigger"],
-        dag_id=None if row["dag_id"] is None else str(row["dag_id"]),
-        dag_run_id=row["dag_run_id"],
+@dataclass(slots=True, kw_only=True)
+class StoredExecution:
+    """The columns of an execution row that a merge starts from (psycopg's ``class_row``)."""
+
+    execution_id: Any  # uuid.UUID from PostgreSQL
+    scheduled_at: datetime
+    job_id: Any
+    name: str
+    priority: str
+    trigger: str | None
+    dag_id: Any
+    dag_run_id: str | None
+    attempts: list[dict[str, Any]] | None
+
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "execution_id",
+        "scheduled_at",
+        "job_id",
+        "name",
+        "priority",
+        "trigger",
+        "dag_id",
+        "dag_run_id",
+        "attempts",
     )
-    for a in row["attempts"] or []:
-        ex.attempts[int(a["attempt"])] = dict(a)
+
+
+def execution_from_row(row: StoredExecution) -> Execution:
+    """An execution as PostgreSQL holds it."""
+    ex = Execution(
+        execution_id=str(row.execution_id),
+        scheduled_at_ms=int(row.scheduled_at.timestamp() * 1000),
+        job_id=str(row.job_id),
+        name=row.name,
+        priority=row.priority,
+        trigger=row.trigger,
+        dag_id=None if row.dag_id is None else str(row.dag_id),
+        dag_run_id=row.dag_run_id,
+    )
+    for stored in row.attempts or []:
+        attempt = Attempt.from_json(stored)
+        ex.attempts[attempt.attempt] = attempt
     return ex
 
 
-def _context_from_request(ex: Execution, request: Mapping[str, Any]) -> None:
-    ex.name = request["name"]
-    ex.priority = request["priority"]
+def _context_from_request(ex: Execution, request: ExecutionRequest) -> None:
+    ex.name = request.name
+    ex.priority = request.priority
     # the first attempt's trigger is why the execution exists; retries say "retry"
-    if request["attempt"] == 1 or (ex.trigger is None and request["trigger"] != "retry"):
-        ex.trigger = request["trigger"]
-    ex.dag_id = request.get("dag_id") or ex.dag_id
-    ex.dag_run_id = request.get("dag_run_id") or ex.dag_run_id
+    if request.attempt == 1 or (ex.trigger is None and request.trigger != Trigger.RETRY):
+        ex.trigger = request.trigger
+    ex.dag_id = request.dag_id or ex.dag_id
+    ex.dag_run_id = request.dag_run_id or ex.dag_run_id
 
 
-def apply_request(ex: Execution, request: Mapping[str, Any]) -> None:
+def apply_request(ex: Execution, request: ExecutionRequest) -> None:
     _context_from_request(ex, request)
-    a = ex.attempt(request["attempt"])
-    a["due_at"] = iso(request["due_at_ms"])
-    a["queued_at"] = iso(request["emitted_at_ms"])
-    a["due_at_ms"] = request["due_at_ms"]
-    a["queued_at_ms"] = request["emitted_at_ms"]
-    a["trigger"] = request["trigger"]
+    a = ex.attempt(request.attempt)
+    a.due_at_ms = request.due_at_ms
+    a.queued_at_ms = request.emitted_at_ms
+    a.trigger = request.trigger
 
 
-def _newer(a: Record, key: str, token: int, worker: str) -> bool:
+def _newer(seen: tuple[int, str] | None, token: int, worker: str) -> bool:
     """A report replaces the stored one when its (lease token, worker) is higher."""
-    seen = a.get(key)
-    return seen is None or (token, worker) >= (seen[0], seen[1])
+    return seen is None or (token, worker) >= seen
 
 
-def apply_result(ex: Execution, result: Mapping[str, Any]) -> None:
-    ex.priority = result.get("priority") or ex.priority
-    a = ex.attempt(result["attempt"])
-    token, worker = int(result["lease_token"]), result["worker_id"]
-    status = result["status"]
-    if status == "running":
-        if not _newer(a, "_start", token, worker):
+def apply_result(ex: Execution, result: ExecutionResult) -> None:
+    ex.priority = result.priority or ex.priority
+    a = ex.attempt(result.attempt)
+    token, worker = int(result.lease_token), result.worker_id
+    if result.status is ResultStatus.RUNNING:
+        if not _newer(a.start, token, worker):
             return
-        a["_start"] = [token, worker]
-        a["started_at"] = iso(result.get("started_at_ms"))
-        a["started_at_ms"] = result.get("started_at_ms")
-        if "_end" not in a:  # the worker that finished the attempt is the one shown
-            a["worker_id"] = worker
+        a.start = (token, worker)
+        a.started_at = iso(result.started_at_ms)
+        a.started_at_ms = result.started_at_ms
+        if a.end is None:  # the worker that finished the attempt is the one shown
+            a.worker_id = worker
         return
-    if not _newer(a, "_end", token, worker):
+    if not _newer(a.end, token, worker):
         return
-    a["_end"] = [token, worker]
-    a["result"] = "success" if status == "success" else "failure"
-    a["worker_id"] = worker
-    a["finished_at"] = iso(result.get("finished_at_ms"))
-    a["error"] = result.get("error")
-    if result.get("started_at_ms") is not None and "_start" not in a:
-        a["started_at"] = iso(result["started_at_ms"])
-        a["started_at_ms"] = result["started_at_ms"]
+    a.end = (token, worker)
+    a.result = "success" if result.status is ResultStatus.SUCCESS else "failure"
+    a.worker_id = worker
+    a.finished_at = iso(result.finished_at_ms)
+    a.error = None if result.error is None else result.error.to_avro()
+    a.has_error = True
+    if result.started_at_ms is not None and a.start is None:
+        a.started_at = iso(result.started_at_ms)
+        a.started_at_ms = result.started_at_ms
 
 
-def apply_dead_letter(ex: Execution, dead: Mapping[str, Any]) -> None:
-    _context_from_request(ex, dead["request"])
-    last = ex.attempt(dead["attempts"])
-    last["dead_at"] = iso(dead["dead_at_ms"])
-    for err in dead["errors"]:
-        a = ex.attempt(err["attempt"])
+def apply_dead_letter(ex: Execution, dead: DeadLetter) -> None:
+    _context_from_request(ex, dead.request)
+    ex.attempt(dead.attempts).dead_at = iso(dead.dead_at_ms)
+    for err in dead.errors:
+        a = ex.attempt(err.attempt)
         # the worker's own report is richer; the dead letter fills attempts nobody reported
-        a.setdefault("error", err["error"])
-        if a.get("worker_id") is None and err.get("worker_id") is not None:
-            a["worker_id"] = err["worker_id"]
-        if "result" not in a:
-            a["result"] = "failure"
-            a["finished_at"] = iso(err["at_ms"])
+        if not a.has_error:
+            a.error, a.has_error = err.error.to_avro(), True
+        if a.worker_id is None and err.worker_id is not None:
+            a.worker_id = err.worker_id
+        if a.result is None:
+            a.result = "failure"
+            a.finished_at = iso(err.at_ms)
 
 
-def _attempt_status(a: Mapping[str, Any]) -> str:
-    if a.get("dead_at") is not None:
-        return _DEAD
-    if a.get("result") == "success":
-        return "success"
-    if a.get("result") == "failure":
-        return "failed"
-    if a.get("started_at") is not None:
-        return "running"
-    return "queued"
+def apply(ex: Execution, event: ExecutionEvent) -> None:
+    """Merge one of the execution's events into it."""
+    if isinstance(event, ExecutionRequest):
+        apply_request(ex, event)
+    elif isinstance(event, ExecutionResult):
+        apply_result(ex, event)
+    else:
+        apply_dead_letter(ex, event)
 
 
-def execution_row(ex: Execution) -> Record:
+def execution_row(ex: Execution) -> Row:
     """The row of a merged execution: the latest attempt's fields, every attempt's history."""
     numbers = sorted(ex.attempts)
     latest = ex.attempts[numbers[-1]]
     first = ex.attempts[numbers[0]]
-    history = []
-    for n in numbers:
-        a = ex.attempts[n]
-        history.append({**a, "status": _attempt_status(a)})
+    history = [{**ex.attempts[n].to_json(), "status": ex.attempts[n].status()} for n in numbers]
     lateness_ms = None
-    due = first.get("due_at_ms")
+    due = first.due_at_ms
     if due is not None:
-        began = first.get("started_at_ms") or first.get("queued_at_ms")
+        began = first.started_at_ms or first.queued_at_ms
         if began is not None:
             lateness_ms = float(max(0, began - due))
-    error = latest.get("error")
+    error = latest.error
     return {
         "execution_id": ex.execution_id,
         "scheduled_at": dt(ex.scheduled_at_ms),
         "job_id": ex.job_id,
         "name": ex.name,
         "priority": ex.priority,
-        "status": _attempt_status(latest),
+        "status": latest.status(),
         "attempt": numbers[-1],
         "trigger": ex.trigger,
-        "queued_at": _parse(latest.get("queued_at")),
-        "started_at": _parse(latest.get("started_at")),
-        "finished_at": _parse(latest.get("finished_at")),
-        "worker_id": latest.get("worker_id"),
+        "queued_at": _parse(iso(latest.queued_at_ms)),
+        "started_at": _parse(latest.started_at),
+        "finished_at": _parse(latest.finished_at),
+        "worker_id": latest.worker_id,
         "error": None if error is None else json.dumps(error, sort_keys=True),
         "attempts": json.dumps(history, sort_keys=True),
         "lateness_ms": lateness_ms,
@@ -223,37 +365,36 @@ def _parse(value: str | None) -> datetime | None:
 # --- dead letters, DAGs, DAG runs ----------------------------------------------------------
 
 
-def dead_letter_row(dead: Mapping[str, Any]) -> Record:
-    request = dict(dead["request"])
-    request["target"] = target_to_api(request["target"])
+def dead_letter_row(dead: DeadLetter) -> Row:
+    request = {**dead.request.to_avro(), "target": target_to_api(dead.request.target)}
     return {
-        "execution_id": dead["execution_id"],
-        "job_id": dead["job_id"],
-        "name": dead["name"],
-        "dead_at": dt(dead["dead_at_ms"]),
-        "attempts": dead["attempts"],
-        "errors": json.dumps(dead["errors"], sort_keys=True),
+        "execution_id": dead.execution_id,
+        "job_id": dead.job_id,
+        "name": dead.name,
+        "dead_at": dt(dead.dead_at_ms),
+        "attempts": dead.attempts,
+        "errors": json.dumps([e.to_avro() for e in dead.errors], sort_keys=True),
         "request": json.dumps(request, sort_keys=True),
-        "dag_run_id": dead.get("dag_run_id"),
+        "dag_run_id": dead.dag_run_id,
     }
 
 
-def dag_row(dag: Mapping[str, Any]) -> Record:
-    schedule = schedule_to_api(dag.get("schedule"))
+def dag_row(dag: DagDefinition) -> Row:
+    schedule = schedule_to_api(dag.schedule)
     return {
-        "dag_id": dag["dag_id"],
-        "name": dag["name"],
+        "dag_id": dag.dag_id,
+        "name": dag.name,
         "schedule": None if schedule is None else json.dumps(schedule),
-        "overlap": dag["overlap"],
+        "overlap": dag.overlap,
         "nodes": json.dumps(
             [
-                {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
-                for n in dag["nodes"]
+                {"key": n.key, "job_id": n.job_id, "depends_on": list(n.depends_on)}
+                for n in dag.nodes
             ]
         ),
-        "revision": dag["revision"],
-        "created_at": dt(dag["created_at_ms"]),
-        "updated_at": dt(dag["created_at_ms"]),
+        "revision": dag.revision,
+        "created_at": dt(dag.created_at_ms),
+        "updated_at": dt(dag.created_at_ms),
     }
 
 
@@ -269,27 +410,27 @@ class DagRunDelta:
     replace_nodes: bool = False
     nodes: dict[str, str] = field(default_factory=dict)
 
-    def apply(self, event: Mapping[str, Any]) -> None:
-        kind = event["kind"]
-        if kind in ("started", "completed") and event.get("node_statuses"):
+    def apply(self, event: DagRunEvent) -> None:
+        kind = event.kind
+        if kind in (DagRunEventKind.STARTED, DagRunEventKind.COMPLETED) and event.node_statuses:
             self.replace_nodes = True
-            self.nodes = dict(event["node_statuses"])
-        if kind == "node_status" and event.get("node_key") and event.get("node_status"):
-            self.nodes[event["node_key"]] = event["node_status"]
-        if kind == "completed":
-            self.status = event.get("status") or "success"
-            self.finished_at_ms = event["at_ms"]
-        elif kind == "started" and self.status is None:
-            self.status = "running"
+            self.nodes = dict(event.node_statuses)
+        if kind is DagRunEventKind.NODE_STATUS and event.node_key and event.node_status:
+            self.nodes[event.node_key] = event.node_status
+        if kind is DagRunEventKind.COMPLETED:
+            self.status = event.status or Status.SUCCESS.value
+            self.finished_at_ms = event.at_ms
+        elif kind is DagRunEventKind.STARTED and self.status is None:
+            self.status = Status.RUNNING.value
 
 
-def fold_dag_runs(events: Iterable[Mapping[str, Any]]) -> dict[str, DagRunDelta]:
+def fold_dag_runs(events: Iterable[DagRunEvent]) -> dict[str, DagRunDelta]:
     deltas: dict[str, DagRunDelta] = {}
     for event in events:
-        run = deltas.get(event["dag_run_id"])
+        run = deltas.get(event.dag_run_id)
         if run is None:
-            run = deltas[event["dag_run_id"]] = DagRunDelta(
-                event["dag_run_id"], event["dag_id"], event["at_ms"]
+            run = deltas[event.dag_run_id] = DagRunDelta(
+                event.dag_run_id, event.dag_id, event.at_ms
             )
         run.apply(event)
     return deltas

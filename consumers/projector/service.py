@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from confluent_kafka import (
@@ -30,14 +30,30 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+
+# the defining module: confluent_kafka.admin re-exports OffsetSpec without declaring it
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from duetime.core import kafka
+from duetime.core.backoff import Backoff, retry_transient
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.errors import CONTENT_ERRORS
-from duetime.core.poison import PRODUCER_MAX_BYTES, poison_headers, poison_value
+from duetime.core.models import ControlKind
+from duetime.core.poison import PRODUCER_MAX_BYTES, park_record
+from duetime.core.records import (
+    BY_EVENT_TYPE,
+    AvroRecord,
+    ControlCommand,
+    DagDefinition,
+    DagRunEvent,
+    DeadLetter,
+    ExecutionRequest,
+    ExecutionResult,
+    JobDefinition,
+    SchedulerState,
+)
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -63,23 +79,38 @@ _PARKED_MEMORY = 100_000
 
 
 class Projector:
-    def __init__(self, settings: ProjectorSettings, *, on_batch: BatchHook | None = None) -> None:
+    def __init__(
+        self,
+        settings: ProjectorSettings,
+        *,
+        on_batch: BatchHook | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.settings = settings
         self.common = settings.common
+        self.clock = clock
         self.topics = Topics(self.common.topic_prefix)
         self.codec = Codec(registry_url=self.common.schema_registry_url)
         self.store = ProjectionStore(
-            self.common.database_url, settings.group_id, settings.retention_days
+            self.common.database_url, settings.group_id, settings.retention_days, clock=clock
         )
         self.on_batch = on_batch
-        self.consumer: Consumer | None = None
+        self.consumer = kafka.consumer(
+            self.common,
+            settings.group_id,
+            # large fetches: the projector is a throughput reader
+            **{"fetch.max.bytes": 52428800, "queued.max.messages.kbytes": 65536},
+        )
         self.assigned: set[tuple[str, int]] = set()
-        self._admin: AdminClient | None = None
+        self._admin = kafka.admin(self.common)
         self.idle = threading.Event()
         """Set while every partition is read to its end (checked by the loop when idle)."""
         self._checked_at = 0.0
         self._stop = threading.Event()
-        self._poison: Producer | None = None
+        # acks=all: a parked copy must outlive a broker failure once the offset moves past it
+        self._poison = kafka.producer(
+            self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}
+        )
         self._parked: set[tuple[str, int, int]] = set()
         """Bad records copied by this process (a retried batch does not copy them twice)."""
         self._types = {
@@ -107,12 +138,6 @@ class Projector:
         log.info("projection truncated: replaying the topics from the beginning")
 
     def run(self, *, until_caught_up: bool = False) -> None:
-        self.consumer = kafka.consumer(
-            self.common,
-            self.settings.group_id,
-            # large fetches: the projector is a throughput reader
-            **{"fetch.max.bytes": 52428800, "queued.max.messages.kbytes": 65536},
-        )
         self.consumer.subscribe(
             sorted(self._types),
             on_assign=self._on_assign,
@@ -130,8 +155,7 @@ class Projector:
                     break
         finally:
             self._stop.set()
-            if self._poison is not None:
-                self._poison.flush(10)
+            self._poison.flush(10)
             self.consumer.close()  # leaves the group: partitions move at once
             self.store.close()
             metrics.ASSIGNED.set(0)
@@ -140,7 +164,7 @@ class Projector:
     # --- the loop -------------------------------------------------------------------------
 
     def _cycle(self) -> int:
-        msgs = self._consume()
+        msgs = kafka.read_batch(self.consumer, self.settings.batch_size, self.settings.poll_s)
         if not msgs:
             metrics.LAG_SECONDS.set(0.0)
             return 0
@@ -159,7 +183,7 @@ class Projector:
             self._stop.wait(1.0)
             self._rewind()
             return 0
-        done = time.time()
+        done = self.clock.now_ms() / 1000
         metrics.BATCH_SECONDS.observe(time.monotonic() - started)
         metrics.BATCHES.inc()
         metrics.ROWS.inc(batch.rows_written())
@@ -171,15 +195,6 @@ class Projector:
         if self.on_batch is not None:
             self.on_batch(batch, lags)
         return len(msgs)
-
-    def _consume(self) -> list[Message]:
-        """Block briefly for the first record, then take what is already fetched."""
-        assert self.consumer is not None
-        first = self.consumer.consume(1, self.settings.poll_s)
-        if not first:
-            return []
-        rest = self.consumer.consume(self.settings.batch_size - 1, 0)
-        return first + rest
 
     def _reduce(self, msgs: list[Message]) -> tuple[Batch, list[tuple[Message, str]]]:
         """The batch of rows, and the records that could not be made into rows (with why)."""
@@ -206,8 +221,8 @@ class Projector:
             if topic == self.topics.state and newest_state[(partition, msg.key())] != i:
                 continue
             try:
-                record = self.codec.decode(event_type, value)
-                self._add(batch, event_type, record, offset)
+                record = self.codec.load(BY_EVENT_TYPE[event_type], value)
+                self._add(batch, record, offset)
             except Exception as exc:  # a record no row can be made of must not stop the rest
                 metrics.UNDECODABLE.inc()
                 bad.append((msg, f"{type(exc).__name__}: {exc}"))
@@ -246,11 +261,6 @@ class Projector:
         fresh = [(m, why) for m, why in bad if _where(m) not in self._parked]
         if not fresh:
             return
-        if self._poison is None:
-            # acks=all: the copy must outlive a broker failure once the offset moves past it
-            self._poison = kafka.producer(
-                self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}
-            )
         failed: list[str] = []
 
         def delivered(err: Any, _msg: Any) -> None:
@@ -259,28 +269,23 @@ class Projector:
 
         for msg, why in fresh:
             topic, partition, offset = _where(msg)
-            log.warning(
-                "bad record sent to the poison topic: %s",
-                why,
-                extra={"topic": topic, "partition": partition, "offset": offset},
+            parked = park_record(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                key=msg.key(),
+                value=msg.value(),
+                headers=msg.headers(),
+                error=why,
+                role="projector",
+                logger=log,
             )
-            value, dropped = poison_value(msg.value())
-            headers: list[tuple[str, str | bytes | None]] = [
-                *dropped,
-                *poison_headers(
-                    msg.headers(),
-                    topic=topic,
-                    partition=partition,
-                    offset=offset,
-                    error=why,
-                    role="projector",
-                ),
-            ]
+            headers: list[tuple[str, str | bytes | None]] = [*parked.headers]
             self._poison.produce(
                 self.topics.poison,
-                value,
-                msg.key(),
-                partition=partition,
+                parked.value,
+                parked.key,
+                partition=parked.partition,
                 headers=headers,
                 on_delivery=delivered,
             )
@@ -294,27 +299,28 @@ class Projector:
         self._parked.update(_where(m) for m, _ in fresh)
 
     @staticmethod
-    def _add(batch: Batch, event_type: str, record: dict[str, Any], offset: int) -> None:
-        if event_type == "job":
+    def _add(batch: Batch, record: AvroRecord, offset: int) -> None:
+        if isinstance(record, JobDefinition):
             batch.add_definition(record)
-        elif event_type == "state":
+        elif isinstance(record, SchedulerState):
             batch.add_state(record, offset)
-        elif event_type == "execution":
-            batch.add_execution_event("request", record)
-        elif event_type == "result":
-            batch.add_execution_event("result", record)
-        elif event_type == "dead_letter":
+        elif isinstance(record, ExecutionRequest | ExecutionResult):
+            batch.add_execution_event(record)
+        elif isinstance(record, DeadLetter):
             batch.add_dead(record)
-        elif event_type == "dag":
+        elif isinstance(record, DagDefinition):
             batch.add_dag(record)
-        elif event_type == "dag_run":
+        elif isinstance(record, DagRunEvent):
             batch.dag_run_events.append(record)
-        elif event_type == "control" and record["kind"] == "replay" and record["execution_id"]:
-            batch.add_replay(record["execution_id"], record["issued_at_ms"])
+        elif (
+            isinstance(record, ControlCommand)
+            and record.kind is ControlKind.REPLAY
+            and record.execution_id
+        ):
+            batch.add_replay(record.execution_id, record.issued_at_ms)
 
     def _commit_to_kafka(self, batch: Batch) -> None:
         """Informational only (lag tools read it): the offsets that count are in PostgreSQL."""
-        assert self.consumer is not None
         offsets = [TopicPartition(t, p, o) for (t, p), o in batch.offsets.items()]
         if offsets:
             try:
@@ -327,20 +333,19 @@ class Projector:
     def _positions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Where each partition was projected up to, from PostgreSQL. Waits for PostgreSQL as
         long as it takes (a projector has nothing else to do meanwhile; giving up here, inside
-        a rebalance callback, ended the process during an outage of a minute)."""
-        stored: dict[tuple[str, int], int] = {}
-        backoff_s = 0.5
-        while True:
-            try:
-                stored = self.store.offsets()
-                break
-            except psycopg.Error as exc:
-                self.store.close()
-                if self._stop.is_set():
-                    raise
-                log.warning("reading stored offsets failed (%s); retrying", exc)
-                self._stop.wait(backoff_s)
-                backoff_s = min(5.0, backoff_s * 2)
+        a rebalance callback, ended the process during an outage of a minute), unless the
+        projector is stopping."""
+        stored = retry_transient(
+            self.store.offsets,
+            transient=lambda exc: isinstance(exc, psycopg.Error),
+            dependency="PostgreSQL",
+            what="reading the stored offsets",
+            logger=log,
+            stopping=self._stop.is_set,
+            sleep=self._stop.wait,  # a stop request ends the wait at once
+            backoff=Backoff(first_s=0.5, cap_s=5.0),
+            on_retry=lambda _exc: self.store.close(),  # reconnect on the next attempt
+        )
         for tp in partitions:
             tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
         return partitions
@@ -359,7 +364,6 @@ class Projector:
 
     def _rewind(self) -> None:
         """After a rolled-back batch: go back to what PostgreSQL says was projected."""
-        assert self.consumer is not None
         tps = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
         if not tps:
             return
@@ -395,18 +399,17 @@ class Projector:
     def caught_up(self) -> bool:
         """Every partition of every topic is assigned here and read to its end (the last
         stable offset: what a read_committed reader can reach)."""
-        assert self.consumer is not None
         expected = len(self._types) * self.common.partitions
         if len(self.assigned) < expected:
             return False
         tps = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
         positions = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(tps)}
-        if self._admin is None:
-            self._admin = kafka.admin(self.common)
         # one ListOffsets request for all partitions (the consumer's own watermark queries
         # queue behind its long-poll fetches: ~0.5 s each)
+        # confluent-kafka leaves OffsetSpec.latest() unannotated; it returns an OffsetSpec
+        latest = cast(Callable[[], OffsetSpec], OffsetSpec.latest)()
         futures = self._admin.list_offsets(
-            {tp: OffsetSpec.latest() for tp in tps},
+            {tp: latest for tp in tps},
             isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=10,
         )

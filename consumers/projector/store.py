@@ -9,6 +9,7 @@ that is already projected changes nothing either.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections import OrderedDict
@@ -18,9 +19,17 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import class_row
 
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.projection import JOB_COLUMNS, JOB_DEFINITION_COLUMNS, JOB_STATUS_COLUMNS
+from duetime.core.records import (
+    DagDefinition,
+    DagRunEvent,
+    DeadLetter,
+    JobDefinition,
+    SchedulerState,
+)
 
 from . import rows
 
@@ -140,65 +149,62 @@ class Batch:
     """What one consume cycle brings, reduced per key: only the newest definition and the
     newest state of a job are turned into a row (see ``rows``)."""
 
-    definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    states: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    # execution_id -> (scheduled_at_ms, job_id, [(kind, record)]) in consumption order
-    executions: dict[str, tuple[int, str, list[tuple[str, dict[str, Any]]]]] = field(
-        default_factory=dict
-    )
-    dead: dict[str, rows.Record] = field(default_factory=dict)
+    definitions: dict[str, JobDefinition] = field(default_factory=dict)
+    states: dict[str, tuple[int, SchedulerState]] = field(default_factory=dict)
+    """job_id → (offset in its state partition, the newest state)."""
+    executions: dict[str, tuple[int, str, list[rows.ExecutionEvent]]] = field(default_factory=dict)
+    """execution_id → (scheduled_at_ms, job_id, its events in consumption order)."""
+    dead: dict[str, tuple[int, rows.Row]] = field(default_factory=dict)
+    """execution_id → (attempts, the dead letter's row) of the most attempts."""
     replays: dict[str, int] = field(default_factory=dict)
-    dags: dict[str, rows.Record] = field(default_factory=dict)
-    dag_run_events: list[dict[str, Any]] = field(default_factory=list)
+    dags: dict[str, tuple[int, rows.Row]] = field(default_factory=dict)
+    """dag_id → (revision, the DAG's row) of the highest revision."""
+    dag_run_events: list[DagRunEvent] = field(default_factory=list)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     events: int = 0
 
-    def add_definition(self, record: dict[str, Any]) -> None:
-        seen = self.definitions.get(record["job_id"])
-        if seen is None or record["revision"] >= seen["revision"]:
-            self.definitions[record["job_id"]] = record
+    def add_definition(self, record: JobDefinition) -> None:
+        seen = self.definitions.get(record.job_id)
+        if seen is None or record.revision >= seen.revision:
+            self.definitions[record.job_id] = record
 
-    def add_state(self, record: dict[str, Any], offset: int) -> None:
-        seen = self.states.get(record["job_id"])
+    def add_state(self, record: SchedulerState, offset: int) -> None:
+        seen = self.states.get(record.job_id)
         if seen is None or offset > seen[0]:
-            self.states[record["job_id"]] = (offset, record)
+            self.states[record.job_id] = (offset, record)
 
-    def job_rows(self) -> list[rows.Record]:
+    def job_rows(self) -> list[rows.Row]:
         out = []
         for job_id in self.definitions.keys() | self.states.keys():
-            definition = self.definitions.get(job_id)
-            state = self.states.get(job_id)
-            row = None if definition is None else rows.job_row(definition)
-            if state is not None:
-                row = rows.merge_job(row, rows.job_row_from_state(state[1], state[0]))
-            assert row is not None
-            out.append(row)
+            offset, state = self.states.get(job_id, (-1, None))
+            out.append(rows.job_row_of(self.definitions.get(job_id), state, offset))
         return out
 
-    def add_execution_event(self, kind: str, record: dict[str, Any]) -> None:
-        if kind == "dead":
-            scheduled, execution_id = record["request"]["scheduled_at_ms"], record["execution_id"]
-        else:
-            scheduled, execution_id = record["scheduled_at_ms"], record["execution_id"]
-        entry = self.executions.get(execution_id)
+    def add_execution_event(self, record: rows.ExecutionEvent) -> None:
+        scheduled_ms = (
+            record.request.scheduled_at_ms
+            if isinstance(record, DeadLetter)
+            else record.scheduled_at_ms
+        )
+        entry = self.executions.get(record.execution_id)
         if entry is None:
-            entry = self.executions[execution_id] = (scheduled, record["job_id"], [])
-        entry[2].append((kind, record))
+            entry = self.executions[record.execution_id] = (scheduled_ms, record.job_id, [])
+        entry[2].append(record)
 
-    def add_dead(self, record: dict[str, Any]) -> None:
+    def add_dead(self, record: DeadLetter) -> None:
         row = rows.dead_letter_row(record)
-        seen = self.dead.get(row["execution_id"])
-        if seen is None or row["attempts"] >= seen["attempts"]:
-            self.dead[row["execution_id"]] = row
-        self.add_execution_event("dead", record)
+        seen = self.dead.get(record.execution_id)
+        if seen is None or record.attempts >= seen[0]:
+            self.dead[record.execution_id] = (record.attempts, row)
+        self.add_execution_event(record)
 
     def add_replay(self, execution_id: str, issued_at_ms: int) -> None:
         self.replays[execution_id] = max(issued_at_ms, self.replays.get(execution_id, 0))
 
-    def add_dag(self, record: dict[str, Any]) -> None:
-        seen = self.dags.get(record["dag_id"])
-        if seen is None or record["revision"] >= seen["revision"]:
-            self.dags[record["dag_id"]] = rows.dag_row(record)
+    def add_dag(self, record: DagDefinition) -> None:
+        seen = self.dags.get(record.dag_id)
+        if seen is None or record.revision >= seen[0]:
+            self.dags[record.dag_id] = (record.revision, rows.dag_row(record))
 
     def rows_written(self) -> int:
         return (
@@ -220,8 +226,11 @@ class ProjectionStore:
         consumer_name: str,
         retention_days: int,
         cache_size: int = 200_000,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.database_url = database_url
+        self.clock = clock
         self.consumer_name = consumer_name
         self.retention_days = retention_days
         self.conn: psycopg.Connection[Any] | None = None
@@ -294,11 +303,11 @@ class ProjectionStore:
             if touched:
                 conn.execute(_LAST_EXECUTION, (sorted(touched),))
             if batch.dead:
-                self._copy(conn, "stage_dead", DEAD_COLS, batch.dead.values())
+                self._copy(conn, "stage_dead", DEAD_COLS, [row for _, row in batch.dead.values()])
                 conn.execute(_DEAD_UPSERT)
             if batch.replays:
                 self._write_replays(conn, batch.replays)
-            for dag in batch.dags.values():
+            for _, dag in batch.dags.values():
                 conn.execute(_DAG_UPSERT, [dag[c] for c in DAG_COLS])
             if batch.dag_run_events:
                 self._write_dag_runs(conn, batch.dag_run_events)
@@ -310,7 +319,7 @@ class ProjectionStore:
         conn: psycopg.Connection[Any],
         table: str,
         cols: Sequence[str],
-        records: Iterable[rows.Record],
+        records: Iterable[rows.Row],
     ) -> None:
         with conn.cursor() as cur, cur.copy(f"COPY {table} ({_cols(cols)}) FROM STDIN") as copy:
             for record in records:
@@ -321,10 +330,9 @@ class ProjectionStore:
         existing: dict[str, rows.Execution] = {}
         if missing:
             scheduled = [rows.dt(ms) for ms in sorted({batch.executions[i][0] for i in missing})]
-            with conn.cursor(row_factory=dict_row) as cur:
+            with conn.cursor(row_factory=class_row(rows.StoredExecution)) as cur:
                 cur.execute(
-                    "SELECT execution_id, scheduled_at, job_id, name, priority, trigger, dag_id, "
-                    "dag_run_id, attempts FROM executions "
+                    f"SELECT {_cols(rows.StoredExecution.COLUMNS)} FROM executions "
                     "WHERE execution_id = ANY(%s::uuid[]) AND scheduled_at = ANY(%s)",
                     (missing, scheduled),
                 )
@@ -335,13 +343,8 @@ class ProjectionStore:
         for execution_id, (scheduled_ms, job_id, events) in batch.executions.items():
             known = self.cache.pop(execution_id, None) or existing.get(execution_id)
             ex = known or rows.Execution(execution_id, scheduled_ms, job_id)
-            for kind, record in events:
-                if kind == "request":
-                    rows.apply_request(ex, record)
-                elif kind == "result":
-                    rows.apply_result(ex, record)
-                else:
-                    rows.apply_dead_letter(ex, record)
+            for event in events:
+                rows.apply(ex, event)
             merged.append(rows.execution_row(ex))
             self.cache[execution_id] = ex
         while len(self.cache) > self.cache_size:
@@ -366,9 +369,7 @@ class ProjectionStore:
             (ids,),
         )
 
-    def _write_dag_runs(self, conn: psycopg.Connection[Any], events: list[dict[str, Any]]) -> None:
-        import json
-
+    def _write_dag_runs(self, conn: psycopg.Connection[Any], events: list[DagRunEvent]) -> None:
         for delta in rows.fold_dag_runs(events).values():
             conn.execute(
                 _DAG_RUN_UPSERT,
@@ -417,7 +418,7 @@ class ProjectionStore:
 
     def horizon_day(self, now: datetime | None = None) -> date:
         """The oldest day that is still kept; older executions go to the default partition."""
-        now = now or datetime.now(UTC)
+        now = now or self._now()
         return (now - timedelta(days=self.retention_days)).date()
 
     def _ensure_days(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
@@ -447,14 +448,14 @@ class ProjectionStore:
 
         Runs on its own connection (beside the loop); safe to run from several projectors.
         """
-        now = now or datetime.now(UTC)
+        now = now or self._now()
         oldest = self.horizon_day(now)
         horizon = now - timedelta(days=self.retention_days)
-        out = {"created": 0, "dropped": 0, "deleted_executions": 0, "deleted_dead_letters": 0}
+        dropped = 0
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             with conn.transaction():
                 today = now.date()
-                out["created"] = self.ensure_partitions(
+                created = self.ensure_partitions(
                     conn, [today + timedelta(days=i) for i in range(ahead_days + 1)]
                 )
             for day in sorted(self._existing_days(conn)):
@@ -463,19 +464,27 @@ class ProjectionStore:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PARTITION_LOCK,))
                     conn.execute(f"DROP TABLE IF EXISTS executions_{day:%Y%m%d}")
-                out["dropped"] += 1
+                dropped += 1
                 self.days.discard(day)
             # rows whose occurrence is older than the horizon live in the default partition
             # (e.g. a one-time job for 2020 that ran today): keep them until they are as old
-            out["deleted_executions"] = conn.execute(
+            deleted_executions = conn.execute(
                 "DELETE FROM executions_default WHERE scheduled_at < %s "
                 "AND COALESCE(finished_at, started_at, queued_at, scheduled_at) < %s",
                 (horizon, horizon),
             ).rowcount
-            out["deleted_dead_letters"] = conn.execute(
+            deleted_dead_letters = conn.execute(
                 "DELETE FROM dead_letters WHERE dead_at < %s", (horizon,)
             ).rowcount
-        return out
+        return {
+            "created": created,
+            "dropped": dropped,
+            "deleted_executions": deleted_executions,
+            "deleted_dead_letters": deleted_dead_letters,
+        }
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.now_ms() / 1000, tz=UTC)
 
     def dlq_depth(self) -> int:
         """Dead letters not replayed yet (its own short connection: beside the loop)."""

@@ -1,4 +1,4 @@
-"""The job row of the PostgreSQL projection, built from a definition event.
+"""The job row of the PostgreSQL projection, built from a definition record.
 
 The projector and the REST API (its read-your-writes row for a job created a moment ago) both
 build it here, so the two can never disagree.
@@ -7,14 +7,25 @@ build it here, so the two can never disagree.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from .jobspec import schedule_to_api, target_to_api
+from .models import Status
+from .records import JobDefinition
 from .schedule import first_fire, parse_schedule
 
-Record = dict[str, Any]
+__all__ = [
+    "JOB_COLUMNS",
+    "JOB_DEFINITION_COLUMNS",
+    "JOB_STATUS_COLUMNS",
+    "Row",
+    "dt",
+    "job_row",
+]
+
+Row = dict[str, Any]
+"""A row for PostgreSQL: column name → value."""
 
 JOB_DEFINITION_COLUMNS = (
     "name",
@@ -45,37 +56,37 @@ def dt(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def job_row(definition: Mapping[str, Any], *, with_next_run: bool = True) -> Record:
+def job_row(definition: JobDefinition, *, with_next_run: bool = True) -> Row:
     """The definition columns of a job row, and the status it has before any scheduler state
     (``with_next_run=False``: the caller has the scheduler's own next run)."""
-    blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
-    schedule = schedule_to_api(definition.get("schedule"))
+    blocked = bool(definition.dag_id) and bool(definition.depends_on)
+    schedule = schedule_to_api(definition.schedule)
     next_run = None
     if with_next_run and schedule is not None and not blocked:
-        created = dt(definition["created_at_ms"])
-        assert created is not None
-        first = first_fire(parse_schedule(schedule), created)
-        next_run = first
+        # parsed from its API form, as the API validated it
+        next_run = first_fire(
+            parse_schedule(schedule), datetime.fromtimestamp(definition.created_at_ms / 1000, UTC)
+        )
     return {
-        "job_id": definition["job_id"],
-        "name": definition["name"],
-        "status": "blocked" if blocked else "pending",
-        "priority": definition["priority"],
+        "job_id": definition.job_id,
+        "name": definition.name,
+        "status": Status.BLOCKED if blocked else Status.PENDING,
+        "priority": definition.priority,
         "schedule": None if schedule is None else json.dumps(schedule),
-        "target": json.dumps(target_to_api(definition["target"])),
-        "payload": definition["payload_json"],
-        "retry": json.dumps(definition["retry"]),
-        "timeout_s": definition["timeout_s"],
-        "misfire": definition["misfire"],
-        "overlap": definition["overlap"],
-        "dag_id": definition.get("dag_id"),
-        "dag_key": definition.get("dag_key"),
-        "depends_on": list(definition.get("depends_on") or []),
-        "labels": json.dumps(dict(definition.get("labels") or {}), sort_keys=True),
-        "revision": definition["revision"],
-        "created_at": dt(definition["created_at_ms"]),
-        "updated_at": dt(definition["updated_at_ms"]),
+        "target": json.dumps(target_to_api(definition.target)),
+        "payload": definition.payload_json,
+        "retry": json.dumps(definition.retry.to_avro()),
+        "timeout_s": definition.timeout_s,
+        "misfire": definition.misfire,
+        "overlap": definition.overlap,
+        "dag_id": definition.dag_id,
+        "dag_key": definition.dag_key,
+        "depends_on": list(definition.depends_on),
+        "labels": json.dumps(dict(definition.labels), sort_keys=True),
+        "revision": definition.revision,
+        "created_at": dt(definition.created_at_ms),
+        "updated_at": dt(definition.updated_at_ms),
         "next_run_at": next_run,
-        "status_at": dt(definition["created_at_ms"]),
+        "status_at": dt(definition.created_at_ms),
         "state_offset": -1,
     }

@@ -135,7 +135,7 @@ def test_status_never_moves_backwards_and_replays_are_idempotent(
     topics, codec = Topics(settings.topic_prefix), Codec()
     with JobClient(settings=settings) as client:
         definition = client.build(name="x", schedule={"cron": "0 3 * * *"}, target=HTTP)
-    job_id = definition["job_id"]
+    job_id = definition.job_id
     producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
 
     def state(status: str, at_ms: int) -> bytes:
@@ -143,7 +143,7 @@ def test_status_never_moves_backwards_and_replays_are_idempotent(
             "state",
             {
                 "job_id": job_id,
-                "definition": definition,
+                "definition": definition.to_avro(),
                 "status": status,
                 "next_run_at_ms": None,
                 "last_scheduled_at_ms": None,
@@ -163,7 +163,7 @@ def test_status_never_moves_backwards_and_replays_are_idempotent(
     project_all(settings)
     assert status_of(settings, job_id) == "paused"
     # the definition (status pending) arrives late: the status stays
-    producer.produce(topics.jobs, key=job_id, value=codec.encode("job", definition), partition=0)
+    producer.produce(topics.jobs, key=job_id, value=codec.dump(definition), partition=0)
     producer.flush(10)
     project_all(settings)
     assert status_of(settings, job_id) == "paused"
