@@ -28,7 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from .config import CommonSettings
-from .errors import ConfigError
+from .errors import ConfigError, RetryableError
 
 # Properties of classic-protocol members that a KIP-848 member may not set (the broker's
 # group.consumer.* settings decide): an operator setting them for the schedulers' classic
@@ -148,6 +148,62 @@ def admin(settings: CommonSettings) -> AdminClient:
         return AdminClient(conf)
     except KafkaException as exc:
         raise _refused(settings, "admin client", exc) from None
+
+
+# librdkafka codes that mean "the configuration is wrong", not "the broker is away"
+_CREDENTIALS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+
+
+def check_connection(settings: CommonSettings, timeout_s: float = 10.0) -> None:
+    """Return once the brokers answer a metadata request with this configuration.
+
+    Raises ConfigError when they refuse the credentials or the TLS handshake fails (trying
+    again will not help: the variables must change), RetryableError when nobody answered
+    within ``timeout_s``. The message quotes librdkafka's own reason with every secret
+    masked, and names where the security properties were set. A bare metadata timeout
+    ("Broker transport failure") hides that reason, so the client's error events are kept.
+    """
+    seen: list[KafkaError] = []
+    conf = _layered(settings, {"bootstrap.servers": settings.bootstrap_servers}, {})
+    conf["error_cb"] = seen.append
+    try:
+        client = AdminClient(conf)
+    except KafkaException as exc:
+        raise _refused(settings, "admin client", exc) from None
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    # Short metadata requests, serving the error events in between (error_cb runs only in
+    # poll): a refused login is reported within a second instead of after the whole timeout.
+    while True:
+        try:
+            client.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            last = err.str() if isinstance(err, KafkaError) else str(exc)
+        client.poll(0)
+        refused = [e for e in seen if e.code() in (*_CREDENTIALS, KafkaError._SSL)]
+        if refused:
+            raise _login_refused(settings, refused[-1])
+        if time.monotonic() >= deadline:
+            break
+    reason = settings.kafka_properties.redact(seen[-1].str() if seen else last)
+    raise RetryableError(
+        f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:g} s: {reason}",
+        details={"variable": "DUETIME_KAFKA_BOOTSTRAP"},
+    )
+
+
+def _login_refused(settings: CommonSettings, err: KafkaError) -> ConfigError:
+    props = settings.kafka_properties
+    what = "TLS handshake failed" if err.code() == KafkaError._SSL else "refused the login"
+    security = [n for n, _ in props.items if n.startswith(("sasl.", "ssl.", "security."))]
+    where = ", ".join(sorted({props.source(n) for n in security})) or "no security property"
+    return ConfigError(
+        f"Kafka at {settings.bootstrap_servers}: {what}: {props.redact(err.str())} "
+        f"(security properties set by: {where})",
+        details={"variable": where, "kafka_error": err.name()},
+    )
 
 
 class ErrorClass(enum.Enum):
