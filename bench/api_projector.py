@@ -143,7 +143,7 @@ def _events_for(job_index: int, now_ms: int, client: Any) -> list[tuple[str, str
         schedule={"at": "2026-01-01T00:00:00Z"},
         target=HTTP_TARGET,
         payload={"i": job_index},
-    )
+    ).to_avro()  # the records below are written as plain Avro dicts
     job_id, codec, topics = definition["job_id"], client.codec, client.topics
     execution_id = str(uuid.uuid4())
     state = {

@@ -140,25 +140,7 @@ class SinkProtocol(asyncio.Protocol):
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             raise _BadRequest("400 Bad Request", "malformed request line")
         method, path = parts[0], parts[1]
-        length, key = 0, ""
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise _BadRequest("400 Bad Request", "malformed header line")
-            lname = name.strip().lower()
-            if lname == "content-length":
-                try:
-                    length = int(value.strip())
-                except ValueError:
-                    raise _BadRequest("400 Bad Request", "bad Content-Length") from None
-                if length < 0:
-                    raise _BadRequest("400 Bad Request", "bad Content-Length")
-                if length > MAX_BODY_BYTES:
-                    raise _BadRequest("413 Payload Too Large", "body over 1 MiB")
-            elif lname == "idempotency-key":
-                key = value.strip()
-            elif lname == "transfer-encoding":
-                raise _BadRequest("411 Length Required", "send a Content-Length body")
+        length, key = _headers(lines[1:])
         total = end + 4 + length
         if len(self.buffer) < total:
             return False
@@ -177,6 +159,35 @@ class SinkProtocol(asyncio.Protocol):
         if path == "/_sink/records":
             return _answer("200 OK", "".join(self.store.lines()).encode())
         return _answer("404 Not Found", b"unknown sink path")
+
+
+def _headers(lines: list[str]) -> tuple[int, str]:
+    """The Content-Length and the Idempotency-Key of a request's header lines."""
+    length, key = 0, ""
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise _BadRequest("400 Bad Request", "malformed header line")
+        lname = name.strip().lower()
+        if lname == "content-length":
+            length = _content_length(value)
+        elif lname == "idempotency-key":
+            key = value.strip()
+        elif lname == "transfer-encoding":
+            raise _BadRequest("411 Length Required", "send a Content-Length body")
+    return length, key
+
+
+def _content_length(value: str) -> int:
+    try:
+        length = int(value.strip())
+    except ValueError:
+        raise _BadRequest("400 Bad Request", "bad Content-Length") from None
+    if length < 0:
+        raise _BadRequest("400 Bad Request", "bad Content-Length")
+    if length > MAX_BODY_BYTES:
+        raise _BadRequest("413 Payload Too Large", "body over 1 MiB")
+    return length
 
 
 class _BadRequest(Exception):

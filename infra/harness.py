@@ -205,6 +205,10 @@ class RoleProc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def log_since_start(self) -> str:
+        """The log of the current run only (after the last start's header line)."""
+        return self.log().rpartition(f"--- harness: start #{self.starts} at ")[2]
+
     def log_count(self, needle: str) -> int:
         return self.log().count(needle)
 
@@ -224,10 +228,12 @@ class RoleProc:
                 )
             time.sleep(0.05)
 
-    def wait_log(self, pattern: str, timeout_s: float = 120) -> None:
-        """Wait until the log holds a match of the regular expression ``pattern``."""
+    def wait_log(self, pattern: str, timeout_s: float = 120, *, since_start: bool = False) -> None:
+        """Wait until the log (``since_start``: of the current run only) holds a match of the
+        regular expression ``pattern``."""
         compiled = re.compile(pattern)
-        self.wait_ready(lambda: compiled.search(self.log()) is not None, timeout_s, pattern)
+        read = self.log_since_start if since_start else self.log
+        self.wait_ready(lambda: compiled.search(read()) is not None, timeout_s, pattern)
 
     def wait_http(self, url: str, timeout_s: float = 60) -> str:
         """Wait until a GET of ``url`` answers 200 (the role's readiness or metrics endpoint);

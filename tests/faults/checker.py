@@ -124,33 +124,98 @@ def check(events: list[dict[str, Any]]) -> Report:
     expect_effects = bool(config.get("effects"))
     jobs = {j["job_id"]: j for j in by_kind["job"]}
     requests = by_kind["request"]
-    deliveries = by_kind["delivery"]
+    req = _requests(requests)
+    eff = _effects(by_kind["delivery"], req.first_request)
+    lost, unexpected, expected_total = _lost_and_unexpected(
+        jobs, eff.occurrences if expect_effects else req.occurrences, req.occurrences
+    )
+    aborted, aborted_reads, lost_reads, hanging = _reads(by_kind["audit"], requests)
+    stuck = _stuck(by_kind["status"], req.first_request) if config.get("terminal") else []
 
-    # --- requests: one execution id per occurrence, one record per attempt ----------------
+    # --- lateness and recovery ------------------------------------------------------------
+    first_request, first_delivery_ms = req.first_request, eff.first_delivery_ms
+    start_lateness = [
+        float(first_delivery_ms[e] - r["due_at_ms"])
+        for e, r in first_request.items()
+        if e in first_delivery_ms
+    ]
+    emit_lateness = [float(r["emitted_at_ms"] - r["due_at_ms"]) for r in first_request.values()]
+    recovery = {
+        f["name"]: _recovery_s(
+            f, first_request, first_delivery_ms, eff.first_effect_ms, expect_effects
+        )
+        for f in by_kind["fault"]
+    }
+    return Report(
+        scenario=str(config.get("scenario", "")),
+        jobs=len(jobs),
+        expected_occurrences=expected_total,
+        requests=len(requests),
+        executions=len(first_request),
+        effects=len(eff.first_effect_ms),
+        lost=lost,
+        unexpected=unexpected,
+        duplicate_requests=req.duplicates,
+        duplicate_effects=eff.duplicates,
+        aborted_reads=aborted_reads,
+        lost_reads=lost_reads,
+        hanging_partitions=hanging,
+        stuck=stuck,
+        redelivered=sum(1 for n in eff.successes_per_key.values() if n > 1),
+        aborted_records=len(aborted),
+        start_lateness_ms=percentiles(start_lateness),
+        emit_lateness_ms=percentiles(emit_lateness),
+        recovery_s=recovery,
+    )
+
+
+@dataclass
+class _Requests:
+    first_request: dict[str, dict[str, Any]]
+    """execution id → its first request record (lowest attempt, earliest)."""
+    occurrences: set[Occurrence]
+    duplicates: list[Any]
+
+
+def _requests(requests: list[dict[str, Any]]) -> _Requests:
+    """Requests: one execution id per occurrence, one record per attempt."""
     per_attempt = Counter((r["job_id"], r["scheduled_at_ms"], r["attempt"]) for r in requests)
     ids_per_occurrence: dict[Occurrence, set[str]] = defaultdict(set)
     first_request: dict[str, dict[str, Any]] = {}
     for r in sorted(requests, key=lambda r: (r["attempt"], r["t_ms"])):
         ids_per_occurrence[(r["job_id"], r["scheduled_at_ms"])].add(r["execution_id"])
         first_request.setdefault(r["execution_id"], r)
-    duplicate_requests: list[Any] = [
+    duplicates: list[Any] = [
         {"job_id": j, "scheduled_at_ms": s, "attempt": a, "copies": n}
         for (j, s, a), n in per_attempt.items()
         if n > 1
     ]
-    duplicate_requests += [
+    duplicates += [
         {"job_id": j, "scheduled_at_ms": s, "execution_ids": sorted(ids)}
         for (j, s), ids in ids_per_occurrence.items()
         if len(ids) > 1
     ]
-    requested = set(ids_per_occurrence)
+    return _Requests(first_request, set(ids_per_occurrence), duplicates)
 
-    # --- effects: a successful delivery; one key per occurrence --------------------------
+
+@dataclass
+class _Effects:
+    first_delivery_ms: dict[str, int]
+    first_effect_ms: dict[str, int]
+    successes_per_key: Counter[str]
+    occurrences: set[Occurrence]
+    duplicates: list[Any]
+
+
+def _effects(
+    deliveries: list[dict[str, Any]], first_request: dict[str, dict[str, Any]]
+) -> _Effects:
+    """Effects: a successful delivery; one key per occurrence."""
     keys_per_occurrence: dict[Occurrence, set[str]] = defaultdict(set)
     successes_per_key: Counter[str] = Counter()
     first_delivery_ms: dict[str, int] = {}
     first_effect_ms: dict[str, int] = {}
-    duplicate_effects: list[Any] = []
+    duplicates: list[Any] = []
     for d in sorted(deliveries, key=lambda d: d["at_ms"]):
         key = d.get("key") or ""
         if key:
@@ -158,7 +223,7 @@ def check(events: list[dict[str, Any]]) -> Report:
         if not _ok(d.get("status")):
             continue
         if not key:
-            duplicate_effects.append({"missing_key": True, "job_id": d.get("job_id")})
+            duplicates.append({"missing_key": True, "job_id": d.get("job_id")})
             continue
         successes_per_key[key] += 1
         first_effect_ms.setdefault(key, d["at_ms"])
@@ -169,14 +234,21 @@ def check(events: list[dict[str, Any]]) -> Report:
             else (d.get("job_id", ""), d.get("scheduled_at_ms", -1))
         )
         keys_per_occurrence[occurrence].add(key)
-    duplicate_effects += [
+    duplicates += [
         {"job_id": j, "scheduled_at_ms": s, "keys": sorted(keys)}
         for (j, s), keys in keys_per_occurrence.items()
         if len(keys) > 1
     ]
-    effected = set(keys_per_occurrence)
+    return _Effects(
+        first_delivery_ms, first_effect_ms, successes_per_key, set(keys_per_occurrence), duplicates
+    )
 
-    # --- lost and unexpected occurrences --------------------------------------------------
+
+def _lost_and_unexpected(
+    jobs: dict[str, dict[str, Any]], done: set[Occurrence], requested: set[Occurrence]
+) -> tuple[list[Occurrence], list[Occurrence], int]:
+    """Expected occurrences not ``done``; requested ones an ``exact`` job did not expect; and
+    how many were expected."""
     lost: list[Occurrence] = []
     unexpected: list[Occurrence] = []
     expected_total = 0
@@ -186,18 +258,23 @@ def check(events: list[dict[str, Any]]) -> Report:
             continue
         expect_set = set(expect)
         expected_total += len(expect_set)
-        done = effected if expect_effects else requested
         lost += [(job_id, t) for t in sorted(expect_set) if (job_id, t) not in done]
         if job.get("exact"):
             unexpected += sorted(
                 (j, s) for (j, s) in requested if j == job_id and s not in expect_set
             )
+    return lost, unexpected, expected_total
 
-    # --- reads against the final audit ----------------------------------------------------
+
+def _reads(
+    audits: list[dict[str, Any]], requests: list[dict[str, Any]]
+) -> tuple[set[tuple[str, int, int]], list[Any], list[Any], list[Any]]:
+    """Reads against the final audit: the aborted records, the reads of aborted records, the
+    reads of records no longer in the log, and the partitions left with an open transaction."""
     aborted: set[tuple[str, int, int]] = set()
     uncommitted: dict[tuple[str, int], set[int]] | None = None
     hanging: list[Any] = []
-    for a in by_kind["audit"]:
+    for a in audits:
         aborted |= {(t, p, o) for t, p, o in a.get("aborted", [])}
         if a.get("uncommitted") is not None:
             uncommitted = defaultdict(set)
@@ -211,51 +288,19 @@ def check(events: list[dict[str, Any]]) -> Report:
         if uncommitted is not None
         else []
     )
+    return aborted, aborted_reads, lost_reads, hanging
 
-    # --- final statuses -------------------------------------------------------------------
-    stuck: list[Any] = []
-    if config.get("terminal"):
-        final: dict[str, str] = {}
-        for s in by_kind["status"]:
-            final[s["execution_id"]] = s["status"]
-        stuck = [
-            {"execution_id": e, "status": final.get(e, "missing")}
-            for e in sorted(first_request)
-            if final.get(e) not in TERMINAL
-        ]
 
-    # --- lateness and recovery ------------------------------------------------------------
-    start_lateness = [
-        float(first_delivery_ms[e] - r["due_at_ms"])
-        for e, r in first_request.items()
-        if e in first_delivery_ms
+def _stuck(statuses: list[dict[str, Any]], first_request: dict[str, dict[str, Any]]) -> list[Any]:
+    """Executions whose final status is not terminal (or missing)."""
+    final: dict[str, str] = {}
+    for s in statuses:
+        final[s["execution_id"]] = s["status"]
+    return [
+        {"execution_id": e, "status": final.get(e, "missing")}
+        for e in sorted(first_request)
+        if final.get(e) not in TERMINAL
     ]
-    emit_lateness = [float(r["emitted_at_ms"] - r["due_at_ms"]) for r in first_request.values()]
-    recovery = {
-        f["name"]: _recovery_s(f, first_request, first_delivery_ms, first_effect_ms, expect_effects)
-        for f in by_kind["fault"]
-    }
-    return Report(
-        scenario=str(config.get("scenario", "")),
-        jobs=len(jobs),
-        expected_occurrences=expected_total,
-        requests=len(requests),
-        executions=len(first_request),
-        effects=len(first_effect_ms),
-        lost=lost,
-        unexpected=unexpected,
-        duplicate_requests=duplicate_requests,
-        duplicate_effects=duplicate_effects,
-        aborted_reads=aborted_reads,
-        lost_reads=lost_reads,
-        hanging_partitions=hanging,
-        stuck=stuck,
-        redelivered=sum(1 for n in successes_per_key.values() if n > 1),
-        aborted_records=len(aborted),
-        start_lateness_ms=percentiles(start_lateness),
-        emit_lateness_ms=percentiles(emit_lateness),
-        recovery_s=recovery,
-    )
 
 
 def _recovery_s(

@@ -31,7 +31,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -43,6 +43,9 @@ from duetime.schemas.codec import Codec
 
 from .checker import Report, check
 from .history import History, now_ms
+
+if TYPE_CHECKING:
+    from duetime.producers.sdk import JobCreated
 
 __all__ = ["FaultStack", "RoleProc", "Scenario", "size", "utc_ms", "wait_for", "write_figures"]
 
@@ -465,7 +468,7 @@ class Scenario:
 
     def record_job(
         self,
-        created: Any,
+        created: JobCreated,
         expect_ms: list[int] | None,
         *,
         exact: bool = False,
@@ -474,11 +477,11 @@ class Scenario:
         self.history.add(
             "job",
             job_id=created.job_id,
-            name=d["name"],
+            name=d.name,
             expect_ms=expect_ms,
             exact=exact,
-            misfire=d["misfire"],
-            overlap=d["overlap"],
+            misfire=d.misfire.value,
+            overlap=d.overlap.value,
         )
 
     @contextlib.contextmanager

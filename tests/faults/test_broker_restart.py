@@ -84,7 +84,8 @@ def test_broker_sigkill_mid_transaction_and_restart(
     expected = create_load(scenario, start, sized["jobs"], sized["crons"], sized["load_s"])
 
     # a third into the load, catch the scheduler with a transaction open on an execution
-    # topic: freeze it (SIGSTOP) so the transaction stays open, check, kill the broker, thaw
+    # topic: freeze it (SIGSTOP) so the transaction stays open, check, kill the broker, thaw.
+    # (A sleep on purpose: when the fault strikes is part of the scenario, not a settling.)
     time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + sized["load_s"] / 3)
     scheduler = scenario.of_kind("scheduler")[0]
     open_txn: list[tuple[str, int]] = []
@@ -99,6 +100,7 @@ def test_broker_sigkill_mid_transaction_and_restart(
         fault_stack.kill_broker()
         scheduler.resume()
         killed_at = time.monotonic()
+        # the broker stays down DOWN_S: the fault's duration, the subject of this test
         time.sleep(max(0.0, DOWN_S - (time.monotonic() - killed_at)))
         restart_s = fault_stack.start_broker()
         fault.update(open_transactions=len(open_txn), broker_restart_s=round(restart_s, 1))

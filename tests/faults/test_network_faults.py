@@ -128,7 +128,7 @@ def test_indeterminate_commit_recreates_the_producer_and_tears_nothing(
     relayed_before = proxy.bytes_relayed
     with scenario.fault("blackhole-scheduler"):
         proxy.blackhole()
-        time.sleep(sized["cut_s"])
+        time.sleep(sized["cut_s"])  # the cut's duration: the fault itself, not a settling
         proxy.restore()
     wait_for(lambda: scenario.sink.effects() >= n, 300, f"all {n} effects after the cut", 1.0)
     assert scheduler.running, f"the scheduler exited:\n{scheduler.log()[-3000:]}"

@@ -80,7 +80,7 @@ def test_postgres_outage_roles_recover_and_projection_matches_a_rebuild(
     wait_for(lambda: scenario.sink.effects() >= n // 4, 120, f"{n // 4} effects before the stop")
     with scenario.fault("postgres-down"):
         fault_stack.stop_postgres()
-        time.sleep(sized["down_s"])
+        time.sleep(sized["down_s"])  # the outage's duration: the fault itself, not a settling
         fault_stack.start_postgres()
     wait_for(lambda: scenario.sink.effects() >= n, 300, f"all {n} effects after the outage", 1.0)
     exited = {r.name: r.log()[-2000:] for r in roles if not r.running}

@@ -46,6 +46,8 @@ def test_competing_schedulers_under_churn_fire_each_job_once(
     live: list[RoleProc] = list(scenario.of_kind("scheduler"))
     steps: list[str] = []
     removals = 0
+    # the churn's own clock (the test's subject, not a settling): it starts when the jobs
+    # start to fall due and changes the membership every CHURN_EVERY_S
     time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()))
     end = start + timedelta(seconds=DUE_S + CHURN_EVERY_S)
     while datetime.now(UTC) < end:
@@ -69,7 +71,8 @@ def test_competing_schedulers_under_churn_fire_each_job_once(
         f"{n} execution requests after the churn",
         interval_s=1,
     )
-    time.sleep(3)  # a late duplicate, if any, would arrive now
+    # "no duplicate arrives late": a window in which nothing may happen, so a sleep on purpose
+    time.sleep(3)
     report = scenario.finish(statuses=False)
     config: dict[str, Any] = {
         "due_within_s": DUE_S,

@@ -22,6 +22,7 @@ time. Every occurrence before the outage and from two periods after the catch-up
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -30,10 +31,16 @@ from typing import Any
 
 import psycopg
 
+from duetime.core.clock import SYSTEM_CLOCK
+from duetime.core.models import Misfire, Overlap
+from duetime.core.records import OneTimeSchedule
+from duetime.infra.harness import RoleProc
+from duetime.producers.sdk import JobCreated
 from tests.faults.harness import Scenario, size, utc_ms, wait_for, write_figures
 
 SIZES = {"ci": {"down_s": 30}, "full": {"down_s": 300}}
 PERIOD_S = 5
+PERIOD_MS = PERIOD_S * 1000
 RUN_S = 1.5
 THRESHOLD_S = 5  # DUETIME_MISFIRE_THRESHOLD_S (the default)
 MISFIRES = ("skip", "run_once", "run_all")
@@ -48,96 +55,24 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
 ) -> None:
     down_s = SIZES[size()]["down_s"]
     scenario = new_scenario("schedulers-down", effects=True, terminal=True)
-    schedulers = [scenario.start_role("scheduler") for _ in range(2)]
-    scenario.start_role("projector")
-    for i in range(2):
-        scenario.start_role("worker", f"worker-{i + 1}", DUETIME_LEASE_TTL_S="5")
-    scenario.schedulers_own_all(2)
-    scenario.workers_assigned()
-
+    schedulers = _start_roles(scenario)
     created_at = datetime.now(UTC)
-    end = created_at + timedelta(seconds=25 + down_s + AFTER_S + 30)
-    crons: dict[str, Any] = {}
-    one_time: dict[str, Any] = {}
-    target = {"type": "http", "url": scenario.sink.url}
-    with scenario.job_client() as client:
-        for misfire in MISFIRES:
-            for overlap in OVERLAPS:
-                for i in range(CRONS_PER_COMBINATION):
-                    job = client.create_job(
-                        name=f"cron-{misfire}-{overlap}-{i}",
-                        schedule={
-                            "cron": f"*/{PERIOD_S} * * * * *",
-                            "start_at": created_at.isoformat(),
-                            "end_at": end.isoformat(),
-                        },
-                        target=target,
-                        payload={"sleep_s": RUN_S},
-                        misfire=misfire,
-                        overlap=overlap,
-                        wait=False,
-                    )
-                    crons[job.job_id] = job
-        client.flush()
-
-    # K: an occurrence every cron has been requested for, with time left before the next one
-    def fired_everywhere(k_ms: int) -> bool:
-        seen = {
-            e["job_id"]
-            for e in scenario.history.events()
-            if e["kind"] == "request" and e["scheduled_at_ms"] == k_ms
-        }
-        return set(crons) <= seen
-
-    period_ms = PERIOD_S * 1000
-    k_ms = (utc_ms(created_at) // period_ms + 2) * period_ms
-    while True:
-        wait_for(lambda k=k_ms: fired_everywhere(k), 60, f"every cron's occurrence {k_ms}")  # type: ignore[misc]
-        if time.time() * 1000 < k_ms + period_ms - 1500:
-            break
-        k_ms += period_ms  # too close to the next one: take the next
+    crons = _create_crons(scenario, created_at, down_s)
+    k_ms = _occurrence_k(scenario, crons, created_at)
     with scenario.fault("all-schedulers-sigkill") as fault:
         for s in schedulers:
             s.kill()
-        killed_ms = int(time.time() * 1000)
-        assert killed_ms < k_ms + period_ms, "the schedulers died after the next occurrence"
-        # one-time jobs created while no scheduler runs, due well before any is back
-        outage_at = datetime.now(UTC) + timedelta(seconds=5)
-        with scenario.job_client() as client:
-            for misfire in MISFIRES:
-                for i in range(ONE_TIME_PER_POLICY):
-                    job = client.create_job(
-                        name=f"once-{misfire}-{i}",
-                        schedule={"at": outage_at.isoformat()},
-                        target=target,
-                        misfire=misfire,
-                        wait=False,
-                    )
-                    one_time[job.job_id] = job
-        time.sleep(max(0.0, down_s - (time.time() * 1000 - killed_ms) / 1000))
+        killed_ms = SYSTEM_CLOCK.now_ms()
+        assert killed_ms < k_ms + PERIOD_MS, "the schedulers died after the next occurrence"
+        one_time = _create_one_time_jobs(scenario)
+        # the outage itself (the fault's duration, the subject of this test): nothing to wait on
+        time.sleep(max(0.0, down_s - (SYSTEM_CLOCK.now_ms() - killed_ms) / 1000))
         for s in schedulers:
             s.spawn()
-        restarted_ms = int(time.time() * 1000)
+        restarted_ms = SYSTEM_CLOCK.now_ms()
         fault.update(down_s=down_s, k_ms=k_ms)
     scenario.schedulers_own_all(2)
-
-    # the catch-up happened, then AFTER_S of regular runs
-    def caught_up() -> bool:
-        return all(
-            any(
-                e["kind"] == "request" and e["job_id"] == j and e["scheduled_at_ms"] > restarted_ms
-                for e in scenario.history.events()
-            )
-            for j in crons
-        )
-
-    wait_for(caught_up, 120, "every cron to fire after the restart", interval_s=1)
-    time.sleep(AFTER_S)
-    with scenario.job_client() as client:  # stop the crons so every execution can end
-        for job_id in crons:
-            client.cancel(job_id)
-        client.flush()
-    wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
+    _run_on_then_cancel(scenario, crons, restarted_ms)
     events = scenario.history.events()
 
     violations, expectations, handled_ms = judge(
@@ -147,13 +82,7 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
         job = crons.get(job_id) or one_time[job_id]
         scenario.record_job(job, expect, exact=job_id in one_time)
     report = scenario.finish()
-    statuses = _one_time_statuses(scenario, one_time)
-    for job_id, job in one_time.items():
-        want = "skipped" if job.definition["misfire"] == "skip" else "success"
-        if statuses.get(job_id) != want:
-            violations.append(
-                f"one-time {job.definition['name']}: {statuses.get(job_id)} != {want}"
-            )
+    violations += _one_time_violations(scenario, one_time)
     config: dict[str, Any] = {
         "down_s": down_s,
         "cron_period_s": PERIOD_S,
@@ -170,6 +99,118 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
     print("figures:", report.figures(), "config:", config)
     assert not violations, "\n".join(violations[:20])
     assert report.ok, report.summary()
+
+
+def _start_roles(scenario: Scenario) -> list[RoleProc]:
+    """Two schedulers (returned: the ones to kill), a projector and two workers, all up."""
+    schedulers = [scenario.start_role("scheduler") for _ in range(2)]
+    scenario.start_role("projector")
+    for i in range(2):
+        scenario.start_role("worker", f"worker-{i + 1}", DUETIME_LEASE_TTL_S="5")
+    scenario.schedulers_own_all(2)
+    scenario.workers_assigned()
+    return schedulers
+
+
+def _create_crons(scenario: Scenario, created_at: datetime, down_s: float) -> dict[str, JobCreated]:
+    """CRONS_PER_COMBINATION crons every PERIOD_S per misfire × overlap policy."""
+    end = created_at + timedelta(seconds=25 + down_s + AFTER_S + 30)
+    crons: dict[str, JobCreated] = {}
+    with scenario.job_client() as client:
+        for misfire, overlap in itertools.product(MISFIRES, OVERLAPS):
+            for i in range(CRONS_PER_COMBINATION):
+                job = client.create_job(
+                    name=f"cron-{misfire}-{overlap}-{i}",
+                    schedule={
+                        "cron": f"*/{PERIOD_S} * * * * *",
+                        "start_at": created_at.isoformat(),
+                        "end_at": end.isoformat(),
+                    },
+                    target={"type": "http", "url": scenario.sink.url},
+                    payload={"sleep_s": RUN_S},
+                    misfire=misfire,
+                    overlap=overlap,
+                    wait=False,
+                )
+                crons[job.job_id] = job
+        client.flush()
+    return crons
+
+
+def _occurrence_k(scenario: Scenario, crons: dict[str, JobCreated], created_at: datetime) -> int:
+    """K: an occurrence every cron has been requested for, with time left before the next."""
+
+    def fired_everywhere(k_ms: int) -> bool:
+        seen = {
+            e["job_id"]
+            for e in scenario.history.events()
+            if e["kind"] == "request" and e["scheduled_at_ms"] == k_ms
+        }
+        return set(crons) <= seen
+
+    k_ms = (utc_ms(created_at) // PERIOD_MS + 2) * PERIOD_MS
+    while True:
+        wait_for(lambda k=k_ms: fired_everywhere(k), 60, f"every cron's occurrence {k_ms}")  # type: ignore[misc]
+        if SYSTEM_CLOCK.now_ms() < k_ms + PERIOD_MS - 1500:
+            return k_ms
+        k_ms += PERIOD_MS  # too close to the next one: take the next
+
+
+def _create_one_time_jobs(scenario: Scenario) -> dict[str, JobCreated]:
+    """One-time jobs created while no scheduler runs, due well before any is back."""
+    outage_at = datetime.now(UTC) + timedelta(seconds=5)
+    one_time: dict[str, JobCreated] = {}
+    with scenario.job_client() as client:
+        for misfire in MISFIRES:
+            for i in range(ONE_TIME_PER_POLICY):
+                job = client.create_job(
+                    name=f"once-{misfire}-{i}",
+                    schedule={"at": outage_at.isoformat()},
+                    target={"type": "http", "url": scenario.sink.url},
+                    misfire=misfire,
+                    wait=False,
+                )
+                one_time[job.job_id] = job
+    return one_time
+
+
+def _run_on_then_cancel(
+    scenario: Scenario, crons: dict[str, JobCreated], restarted_ms: int
+) -> None:
+    """The catch-up, then AFTER_S of regular runs (every cron has been requested for an
+    occurrence AFTER_S past the restart); then the crons are cancelled and every execution
+    ends."""
+
+    def fired_since(from_ms: int) -> bool:
+        latest: dict[str, int] = {}
+        for e in scenario.history.events():
+            if e["kind"] == "request" and e["job_id"] in crons:
+                latest[e["job_id"]] = max(latest.get(e["job_id"], 0), e["scheduled_at_ms"])
+        return all(latest.get(j, 0) > from_ms for j in crons)
+
+    wait_for(lambda: fired_since(restarted_ms), 120, "every cron to fire after the restart", 1)
+    wait_for(
+        lambda: fired_since(restarted_ms + AFTER_S * 1000),
+        AFTER_S + 120,
+        f"every cron to fire {AFTER_S} s after the restart",
+        1,
+    )
+    with scenario.job_client() as client:  # stop the crons so every execution can end
+        for job_id in crons:
+            client.cancel(job_id)
+        client.flush()
+    wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
+
+
+def _one_time_violations(scenario: Scenario, one_time: dict[str, JobCreated]) -> list[str]:
+    """A one-time job missed under skip is skipped; under run_once and run_all it ran."""
+    statuses = _one_time_statuses(scenario, one_time)
+    out: list[str] = []
+    for job_id, job in one_time.items():
+        want = "skipped" if job.definition.misfire == Misfire.SKIP else "success"
+        if statuses.get(job_id) != want:
+            out.append(f"one-time {job.definition.name}: {statuses.get(job_id)} != {want}")
+    return out
 
 
 def _all_results_final(scenario: Scenario) -> bool:
@@ -189,8 +230,8 @@ def _one_time_statuses(scenario: Scenario, jobs: dict[str, Any]) -> dict[str, st
 
 def judge(
     events: list[dict[str, Any]],
-    crons: dict[str, Any],
-    one_time: dict[str, Any],
+    crons: dict[str, JobCreated],
+    one_time: dict[str, JobCreated],
     k_ms: int,
     restarted_ms: int,
     killed_ms: int,
@@ -202,7 +243,7 @@ def judge(
     Certainly missed: occurrences after K and before the restart minus the misfire
     threshold (a later one may still fire on time).
     """
-    period_ms = PERIOD_S * 1000
+    period_ms = PERIOD_MS
     requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in events:
         if e["kind"] == "request" and e["attempt"] == 1:
@@ -213,7 +254,7 @@ def judge(
     handled_all: list[int] = []
     for job_id, job in crons.items():
         d = job.definition
-        name, misfire, overlap = d["name"], d["misfire"], d["overlap"]
+        name, misfire, overlap = d.name, d.misfire, d.overlap
         mine = sorted(requests[job_id], key=lambda r: r["scheduled_at_ms"])
         catch_up = [
             r
@@ -223,15 +264,15 @@ def judge(
         ]
         got = [r["scheduled_at_ms"] for r in catch_up]
         want: list[int]
-        if misfire == "skip":
+        if misfire == Misfire.SKIP:
             ok, want = not got, []
-        elif misfire == "run_once":
+        elif misfire == Misfire.RUN_ONCE:
             ok = len(got) == 1 and got[0] >= missed[-1]
             want = got if ok else missed[-1:]
-        elif overlap == "allow":
+        elif overlap == Overlap.ALLOW:
             want = list(range(k_ms + period_ms, max(got, default=0) + 1, period_ms))
             ok = got == want and set(missed) <= set(got)
-        elif overlap == "skip":
+        elif overlap == Overlap.SKIP:
             ok, want = got == missed[:1], missed[:1]
         else:
             ok, want = got == missed[:2], missed[:2]
@@ -254,13 +295,15 @@ def judge(
             set(before) | set(want) | set(range(regular_from, last + 1, period_ms))
         )
     for job_id, job in one_time.items():
-        at_ms = job.definition["schedule"]["at_ms"]
-        expectations[job_id] = [] if job.definition["misfire"] == "skip" else [at_ms]
+        schedule = job.definition.schedule
+        assert isinstance(schedule, OneTimeSchedule), job.definition
+        skip = job.definition.misfire == Misfire.SKIP
+        expectations[job_id] = [] if skip else [schedule.at_ms]
     violations += overlap_violations(events, crons)
     return violations, expectations, max(handled_all, default=restarted_ms)
 
 
-def overlap_violations(events: list[dict[str, Any]], crons: dict[str, Any]) -> list[str]:
+def overlap_violations(events: list[dict[str, Any]], crons: dict[str, JobCreated]) -> list[str]:
     """Runs of one job (distinct executions) at the sink at the same time, where the job's
     overlap policy forbids it."""
     spans: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
@@ -270,12 +313,12 @@ def overlap_violations(events: list[dict[str, Any]], crons: dict[str, Any]) -> l
     out: list[str] = []
     for job_id, runs in spans.items():
         d = crons[job_id].definition
-        if d["overlap"] == "allow":
+        if d.overlap == Overlap.ALLOW:
             continue
         busy_until, busy_key = 0, ""
         for start, end, key in sorted(runs):
             if key != busy_key and start < busy_until:
-                out.append(f"{d['name']} ({d['overlap']}): two runs overlap at the sink")
+                out.append(f"{d.name} ({d.overlap.value}): two runs overlap at the sink")
             if end > busy_until:
                 busy_until, busy_key = end, key
     return out

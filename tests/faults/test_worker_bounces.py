@@ -7,7 +7,6 @@ set, 0 duplicates). CI size: 1,000 executions; full size (``./run faults``): 10,
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -72,7 +71,8 @@ def test_worker_bounces_lose_nothing_and_double_nothing(
             else:
                 victim.stop(timeout_s=60)
             victim.spawn()
-        time.sleep(1.0)  # the group settles before the next victim
+        # the group has settled before the next victim: the restarted worker has partitions
+        victim.wait_log("assigned", 90, since_start=True)
     wait_for(lambda: scenario.sink.effects() >= n, 600, f"{n} effects", interval_s=1)
     report = scenario.finish()
     config: dict[str, Any] = {
