@@ -47,6 +47,12 @@ class Topics:
         return self.prefix + "results"
 
     @property
+    def scheduler_inputs(self) -> tuple[str, str, str]:
+        """The topics the schedulers consume (co-partitioned: partition p of each belongs to
+        the owner of p): definitions, control commands and workers' results."""
+        return (self.jobs, self.control, self.results)
+
+    @property
     def state(self) -> str:
         return self.prefix + "state"
 
