@@ -59,10 +59,14 @@ class Event(StrEnum):
     RESCHEDULE = "reschedule"  # recurring: this occurrence ended, wait for the next one
     BLOCK = "block"  # recurring DAG member: wait for its upstreams in the next DAG run
     QUARANTINE = "quarantine"  # the scheduler could not handle the job: it stops, on the DLQ
+    MISS = "miss"  # a one-time run fell due while no scheduler ran and its misfire policy skips it
 
 
 S, E = Status, Event
 _RESULTS = (E.START, E.SUCCEED, E.FAIL_RETRYABLE, E.FAIL_FINAL)
+_NEW_EXECUTION = (E.QUEUE, E.TRIGGER, E.REPLAY)
+_FIRING = [s for s in S if s not in (S.PAUSED, S.CANCELLED)]
+"""Statuses in which the job's schedule fires (a paused or cancelled job's does not)."""
 
 _EDGES: dict[tuple[Status | None, Event], Status] = {
     # creation
@@ -116,6 +120,16 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     # a job the scheduler cannot handle (content no producer of ours writes) stops for good,
     # with a dead letter saying why, instead of stopping its partition
     **{(s, E.QUARANTINE): S.DEAD for s in S if s is not S.CANCELLED},
+    # a new execution of the job was emitted (its next occurrence, a catch-up run, a DAG
+    # release, a manual trigger or a replay): whatever the previous occurrence ended in, and
+    # whatever else is still in flight (overlap=allow), the job now has a queued execution.
+    # A paused job keeps its status (a held occurrence firing as the live one ends, a manual
+    # trigger, a replay); so does a cancelled DAG member released in a DAG run.
+    **{(s, e): S.QUEUED for s in _FIRING for e in _NEW_EXECUTION},
+    **{(S.PAUSED, e): S.PAUSED for e in _NEW_EXECUTION},
+    (S.CANCELLED, E.QUEUE): S.CANCELLED,
+    # a one-time run that fell due while no scheduler ran, under misfire=skip: it never runs
+    **{(s, E.MISS): S.SKIPPED for s in _FIRING},
     # late results of an execution in flight when the job was paused or cancelled
     **{(S.PAUSED, e): S.PAUSED for e in _RESULTS},
     **{(S.CANCELLED, e): S.CANCELLED for e in _RESULTS},
