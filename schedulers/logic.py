@@ -5,9 +5,10 @@ No clock, no randomness, no I/O: the caller passes ``now_ms`` and a ``random.Ran
 partition owner applies the outputs in one Kafka transaction together with the consumed
 offsets, so every state change and every execution request happen exactly once.
 
-State is the ``SchedulerState`` Avro record as a dict. ``inflight`` lists the executions of the
-job that are queued, running, or failed and waiting for their retry; a job's wake-up time
-(``wake_at_ms``) is the earliest of its next scheduled run and its retries.
+State is a :class:`SchedulerState` record, edited in place. ``inflight`` lists the executions
+of the job that are queued, running, or failed and waiting for their retry; a job's wake-up
+time (``wake_at_ms``) is the earliest of its next scheduled run and its retries. Every change
+of the job's status goes through :func:`duetime.core.states.transition`.
 """
 
 from __future__ import annotations
@@ -16,30 +17,43 @@ import json
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from duetime.core.errors import IllegalTransition
-from duetime.core.jobspec import same_job
-from duetime.core.models import Misfire, Overlap, Status
-from duetime.core.retry import RetryPolicy, retry_delay_s, should_retry
-from duetime.core.schedule import (
-    Cron,
-    OneTime,
-    Schedule,
-    first_fire,
-    misfire_fires,
-    next_fire,
-    overlap_decision,
+from duetime.core.jobspec import _dt, _ms, same_job, schedule_of
+from duetime.core.models import (
+    ControlKind,
+    DagRunEventKind,
+    DagRunStatus,
+    ErrorReason,
+    ResultStatus,
+    Status,
+    Trigger,
 )
-from duetime.core.states import Event, transition
+from duetime.core.records import (
+    AttemptError,
+    ControlCommand,
+    DagNode,
+    DagRunEvent,
+    DeadLetter,
+    ErrorInfo,
+    ExecutionRequest,
+    ExecutionResult,
+    InflightExecution,
+    JobDefinition,
+    SchedulerState,
+)
+from duetime.core.retry import RetryPolicy, retry_delay_s, should_retry
+from duetime.core.schedule import OneTime, first_fire, misfire_fires, next_fire, overlap_decision
+from duetime.core.states import TERMINAL, Event, transition
 
 log = logging.getLogger("duetime.scheduler")
 
-Record = dict[str, Any]
-
 _EXECUTION_NS = uuid.UUID("6f9f3c1e-5d1b-4c1e-9a63-6a0d7e1f2b10")
+_NOT_FIRING = (Status.PAUSED, Status.CANCELLED)
+"""Statuses in which a job's schedule does not fire."""
 
 
 def execution_id_for(job_id: str, scheduled_at_ms: int, trigger: str, salt: str = "") -> str:
@@ -57,455 +71,484 @@ class Policy:
     catch_up_window_s: float = 24 * 3600.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Outputs:
     """What one transform step asks the partition owner to write."""
 
-    executions: list[Record] = field(default_factory=list)
-    dead_letters: list[Record] = field(default_factory=list)
-    controls: list[Record] = field(default_factory=list)
+    executions: list[ExecutionRequest] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    controls: list[ControlCommand] = field(default_factory=list)
     """Control commands for other jobs (a DAG run's ``dag_run_start`` to every member)."""
-    dag_run_events: list[Record] = field(default_factory=list)
+    dag_run_events: list[DagRunEvent] = field(default_factory=list)
     """DagRunEvents (a DAG run started), for the dag_runs topic."""
     state_changed: bool = False
+
+    def extend(self, other: Outputs) -> None:
+        """Add ``other``'s records after this one's (a later step of the same cycle)."""
+        self.executions += other.executions
+        self.dead_letters += other.dead_letters
+        self.controls += other.controls
+        self.dag_run_events += other.dag_run_events
+        self.state_changed |= other.state_changed
+
+    def records(self) -> bool:
+        """Whether there is any record to write (state changes aside)."""
+        return bool(self.executions or self.dead_letters or self.controls or self.dag_run_events)
 
 
 # --- conversions -------------------------------------------------------------------------
 
 
-def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+def retry_policy_of(definition: JobDefinition) -> RetryPolicy:
+    r = definition.retry
+    return RetryPolicy(r.max_retries, r.base_delay_s, r.max_delay_s, r.jitter)
 
 
-def _ms(value: datetime) -> int:
-    return int(value.timestamp() * 1000)
-
-
-def schedule_of(definition: Record) -> Schedule | None:
-    raw = definition.get("schedule")
-    if raw is None:
-        return None
-    if "at_ms" in raw:
-        return OneTime(_dt(raw["at_ms"]))
-    return Cron(
-        raw["cron"],
-        raw.get("timezone") or "UTC",
-        None if raw.get("start_at_ms") is None else _dt(raw["start_at_ms"]),
-        None if raw.get("end_at_ms") is None else _dt(raw["end_at_ms"]),
-    )
-
-
-def retry_policy_of(definition: Record) -> RetryPolicy:
-    r = definition["retry"]
-    return RetryPolicy(r["max_retries"], r["base_delay_s"], r["max_delay_s"], r["jitter"])
-
-
-def wake_at_ms(state: Record) -> int | None:
+def wake_at_ms(state: SchedulerState) -> int | None:
     """The earliest instant this job needs the timer: next run or a retry."""
-    candidates = [e["due_at_ms"] for e in state["inflight"] if e["status"] == Status.FAILED.value]
-    if state.get("next_run_at_ms") is not None and state["status"] not in (
-        Status.PAUSED.value,
-        Status.CANCELLED.value,
-    ):
-        candidates.append(state["next_run_at_ms"])
+    candidates = [e.due_at_ms for e in state.inflight if e.status is Status.FAILED]
+    if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
+        candidates.append(state.next_run_at_ms)
     return min(candidates) if candidates else None
 
 
-def _move(state: Record, event: Event) -> None:
+def _move(state: SchedulerState, event: Event) -> None:
     """Apply the state machine; an event that does not apply (late, duplicate) changes nothing."""
     try:
-        state["status"] = transition(Status(state["status"]), event).value
+        state.status = transition(state.status, event)
     except IllegalTransition:
-        log.debug(
-            "ignored %s in %s", event.value, state["status"], extra={"job_id": state["job_id"]}
-        )
+        log.debug("ignored %s in %s", event.value, state.status, extra={"job_id": state.job_id})
 
 
 # --- inputs ------------------------------------------------------------------------------
 
+Input = JobDefinition | ControlCommand | ExecutionResult
 
-def check_input(event_type: str, record: Record) -> None:
+
+def check_input(record: Input) -> None:
     """Refuse a decodable input no producer of ours can have written: it goes to the poison
     topic instead of being held or stored forever (job ids are UUIDs everywhere: the SDK and
     the API check them; attempts count from 1; a result names a UUID execution)."""
-    _check_uuid(record, "job_id")
-    if event_type == "result":
-        _check_uuid(record, "execution_id")
-        if record["attempt"] < 1:
-            raise ValueError(f"attempt {record['attempt']} is not 1-based")
-        if record["lease_token"] < 0:
-            raise ValueError(f"lease_token {record['lease_token']} is negative")
+    _check_uuid(record.job_id, "job_id")
+    if isinstance(record, ExecutionResult):
+        _check_uuid(record.execution_id, "execution_id")
+        if record.attempt < 1:
+            raise ValueError(f"attempt {record.attempt} is not 1-based")
+        if record.lease_token < 0:
+            raise ValueError(f"lease_token {record.lease_token} is negative")
 
 
-def _check_uuid(record: Record, name: str) -> None:
+def _check_uuid(value: str, name: str) -> None:
     try:
-        uuid.UUID(record[name])
+        uuid.UUID(value)
     except (ValueError, TypeError, AttributeError):
-        raise ValueError(f"{name} {record[name]!r} is not a UUID") from None
+        raise ValueError(f"{name} {value!r} is not a UUID") from None
 
 
-def new_state(definition: Record, now_ms: int) -> Record:
-    blocked = bool(definition.get("dag_id")) and bool(definition.get("depends_on"))
+def new_state(definition: JobDefinition, now_ms: int) -> SchedulerState:
+    blocked = bool(definition.dag_id) and bool(definition.depends_on)
     status = transition(None, Event.CREATE_BLOCKED if blocked else Event.CREATE)
-    schedule = None if blocked else schedule_of(definition)
+    schedule = None if blocked else schedule_of(definition.schedule)
     # the schedule starts when the job was created, not when this scheduler first saw it: runs
     # that fell due while no scheduler was up are misfires, handled by the job's policy
-    created_ms = definition.get("created_at_ms") or now_ms
+    created_ms = definition.created_at_ms or now_ms
     first = None if schedule is None else first_fire(schedule, _dt(created_ms))
-    return {
-        "job_id": definition["job_id"],
-        "definition": definition,
-        "status": status.value,
-        "next_run_at_ms": None if first is None else _ms(first),
-        "last_scheduled_at_ms": None,
-        "paused_at_ms": None,
-        "inflight": [],
-        "queued_occurrence_ms": None,
-        "fired_count": 0,
-        "updated_at_ms": now_ms,
-        "dag_runs": {},
-    }
+    return SchedulerState(
+        job_id=definition.job_id,
+        definition=definition,
+        status=status,
+        next_run_at_ms=None if first is None else _ms(first),
+        updated_at_ms=now_ms,
+    )
 
 
-def on_definition(state: Record | None, definition: Record, now_ms: int) -> tuple[Record, Outputs]:
+def on_definition(
+    state: SchedulerState | None, definition: JobDefinition, now_ms: int
+) -> tuple[SchedulerState, Outputs]:
     """A create or an update. Re-delivered or older revisions change nothing."""
     out = Outputs()
     if state is None:
         out.state_changed = True
         return new_state(definition, now_ms), out
-    if same_job(definition, state["definition"]) or (
-        definition["revision"] <= state["definition"]["revision"]
-    ):
+    if same_job(definition, state.definition) or definition.revision <= state.definition.revision:
         return state, out  # a re-create of the same job, or an older revision: nothing to do
-    _check_same_kind(state["definition"], definition)
-    state["definition"] = definition
-    state["updated_at_ms"] = now_ms
-    if state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value):
-        schedule = schedule_of(definition)
+    _check_same_kind(state.definition, definition)
+    state.definition = definition
+    state.updated_at_ms = now_ms
+    if state.status not in _NOT_FIRING:
+        schedule = schedule_of(definition.schedule)
         first = None if schedule is None else first_fire(schedule, _dt(now_ms))
-        state["next_run_at_ms"] = None if first is None else _ms(first)
+        state.next_run_at_ms = None if first is None else _ms(first)
     out.state_changed = True
     return state, out
 
 
-def _check_same_kind(old: Record, new: Record) -> None:
+def _check_same_kind(old: JobDefinition, new: JobDefinition) -> None:
     """An update may not move a job into, out of or between DAGs, nor make it a DAG's trigger:
     a DAG member written with the id of an existing job would otherwise take it over (the API
     answers 409; this holds for records written past it)."""
-    old_trigger = DAG_LABEL in (old.get("labels") or {})
-    new_trigger = DAG_LABEL in (new.get("labels") or {})
-    if old.get("dag_id") != new.get("dag_id") or old_trigger != new_trigger:
+    old_trigger = DAG_LABEL in old.labels
+    new_trigger = DAG_LABEL in new.labels
+    if old.dag_id != new.dag_id or old_trigger != new_trigger:
         raise ValueError(
-            f"a definition may not move job {old['job_id']} into, out of or between DAGs "
-            f"(dag_id {old.get('dag_id')} → {new.get('dag_id')})"
+            f"a definition may not move job {old.job_id} into, out of or between DAGs "
+            f"(dag_id {old.dag_id} → {new.dag_id})"
         )
 
 
-def quarantine(state: Record, reason: str, now_ms: int) -> Outputs:
+def quarantine(state: SchedulerState, reason: str, now_ms: int) -> Outputs:
     """The scheduler could not handle this job (an exception from its own logic, on content
     no producer of ours writes): the job stops for good — ``dead``, no next run, no retries,
     nothing in flight tracked — and a dead letter says why, so its partition goes on."""
     out = Outputs(state_changed=True)
-    if state["status"] == Status.CANCELLED.value:
+    if state.status is Status.CANCELLED:
         return out
     _move(state, Event.QUARANTINE)
-    state["next_run_at_ms"] = None
-    state["queued_occurrence_ms"] = None
-    state["inflight"] = []
-    state["updated_at_ms"] = now_ms
-    entry: Record = {
-        "execution_id": execution_id_for(state["job_id"], now_ms, "quarantine"),
-        "attempt": 1,
-        "scheduled_at_ms": now_ms,
-        "due_at_ms": now_ms,
-        "status": Status.DEAD.value,
-        "errors": [
-            {
-                "attempt": 1,
-                "at_ms": now_ms,
-                "error": {
-                    "type": "SchedulerError",
-                    "message": reason[:1000],
-                    "retryable": False,
-                    "reason": "error",
-                    "http_status": None,
-                },
-                "worker_id": None,
-            }
-        ],
-        "trigger": "schedule",
-        "lease_token": 0,
-        "series_start": 1,
-        "dag_run_id": None,
-    }
+    state.next_run_at_ms = None
+    state.queued_occurrence_ms = None
+    state.inflight = []
+    state.updated_at_ms = now_ms
+    error = ErrorInfo(
+        type="SchedulerError", message=reason[:1000], retryable=False, reason=ErrorReason.ERROR
+    )
+    entry = InflightExecution(
+        execution_id=execution_id_for(state.job_id, now_ms, "quarantine"),
+        attempt=1,
+        scheduled_at_ms=now_ms,
+        due_at_ms=now_ms,
+        status=Status.DEAD,
+        errors=[AttemptError(attempt=1, at_ms=now_ms, error=error)],
+    )
     try:
         out.dead_letters.append(_dead_letter(state, entry, now_ms))
     except (KeyError, TypeError, ValueError) as exc:  # a definition too broken to describe
-        log.error(
-            "no dead letter for a quarantined job: %s", exc, extra={"job_id": state["job_id"]}
-        )
+        log.error("no dead letter for a quarantined job: %s", exc, extra={"job_id": state.job_id})
     return out
 
 
+# --- control commands: one pure function per kind ----------------------------------------
+#
+# Each applies one command to the job's state and returns whether it changed anything (a
+# repeated or late command does nothing); ``on_control`` stamps ``updated_at_ms`` on a change.
+
+_OnControl = Callable[[SchedulerState, ControlCommand, int, Policy, Outputs], bool]
+
+
+def _pause(state: SchedulerState, _c: ControlCommand, now_ms: int, _p: Policy, _o: Outputs) -> bool:
+    if state.status in _NOT_FIRING:
+        return False
+    _move(state, Event.PAUSE)
+    state.paused_at_ms = now_ms
+    return True
+
+
+def _resume(
+    state: SchedulerState, _c: ControlCommand, now_ms: int, policy: Policy, out: Outputs
+) -> bool:
+    if state.status is not Status.PAUSED:
+        return False
+    _move(state, Event.RESUME)
+    _catch_up(state, now_ms, policy, out)
+    state.paused_at_ms = None
+    return True
+
+
+def _cancel(state: SchedulerState, _c: ControlCommand, _n: int, _p: Policy, _o: Outputs) -> bool:
+    if state.status is Status.CANCELLED:
+        return False
+    _move(state, Event.CANCEL)
+    state.next_run_at_ms = None
+    state.queued_occurrence_ms = None
+    # retries waiting for their backoff will not run: no further runs
+    state.inflight = [e for e in state.inflight if e.status is not Status.FAILED]
+    return True
+
+
+def _trigger(
+    state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
+    if state.status is Status.CANCELLED:
+        return False
+    salt = command.command_id
+    if is_dag_trigger(state):
+        _start_dag_run(
+            state, command.issued_at_ms, Trigger.MANUAL, now_ms, out, salt, command.dag_run_id
+        )
+    else:
+        _emit(state, command.issued_at_ms, Trigger.MANUAL, now_ms, out, salt=salt)
+    return True
+
+
+def _replay(
+    state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
+    if state.status is Status.CANCELLED or is_dag_trigger(state):
+        return False
+    # one replay per dead execution: a second command for the same dead execution derives
+    # the same new execution id, which is not emitted twice while in flight and whose
+    # finished lease the worker does not run again (issue 13, finding 12)
+    dead_id = command.execution_id
+    salt = f"replay/{dead_id}" if dead_id else command.command_id
+    _emit(state, now_ms, Trigger.REPLAY, now_ms, out, salt=salt)
+    return True
+
+
+def _release(
+    state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
+    run_id = command.dag_run_id or ""
+    if state.dag_runs.get(run_id) is not Status.BLOCKED:
+        return False  # a second release of the same run does nothing
+    state.dag_runs[run_id] = Status.PENDING
+    _emit(state, now_ms, Trigger.RELEASE, now_ms, out, salt=run_id, dag_run_id=run_id)
+    state.dag_runs[run_id] = Status.QUEUED
+    return True
+
+
+def _skip(state: SchedulerState, command: ControlCommand, _n: int, _p: Policy, _o: Outputs) -> bool:
+    run_id = command.dag_run_id or ""
+    if state.dag_runs.get(run_id) in (Status.SKIPPED, Status.SUCCESS):
+        return False
+    state.dag_runs[run_id] = Status.SKIPPED
+    _move(state, Event.SKIP)
+    _prune_dag_runs(state)
+    return True
+
+
+def _dag_run_start(
+    state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
+    run_id = command.dag_run_id or ""
+    if run_id in state.dag_runs:
+        return False
+    if state.definition.depends_on:
+        state.dag_runs[run_id] = Status.BLOCKED
+        _move(state, Event.BLOCK)
+    else:
+        state.dag_runs[run_id] = Status.QUEUED
+        _emit(state, now_ms, Trigger.RELEASE, now_ms, out, salt=run_id, dag_run_id=run_id)
+    return True
+
+
+def _dag_run_end(
+    state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
+    """The resolver reports a run's end: count it out, then fire a run held by queue_one."""
+    run_id = command.dag_run_id or ""
+    if state.dag_runs.get(run_id) is not Status.RUNNING:
+        return False  # unknown, or already ended: a repeated report does nothing
+    state.dag_runs[run_id] = Status.SUCCESS if command.reason == "success" else Status.DEAD
+    _fire_held(state, now_ms, out)
+    _prune_dag_runs(state)
+    return True
+
+
+_ON_CONTROL: dict[ControlKind, _OnControl] = {
+    ControlKind.PAUSE: _pause,
+    ControlKind.RESUME: _resume,
+    ControlKind.CANCEL: _cancel,
+    ControlKind.TRIGGER: _trigger,
+    ControlKind.REPLAY: _replay,
+    ControlKind.RELEASE: _release,
+    ControlKind.SKIP: _skip,
+    ControlKind.DAG_RUN_START: _dag_run_start,
+    ControlKind.DAG_RUN_END: _dag_run_end,
+}
+
+
 def on_control(
-    state: Record | None, command: Record, now_ms: int, policy: Policy
-) -> tuple[Record | None, Outputs]:
+    state: SchedulerState | None, command: ControlCommand, now_ms: int, policy: Policy
+) -> tuple[SchedulerState | None, Outputs]:
     out = Outputs()
     if state is None:
         log.warning(
-            "control %s for an unknown job ignored",
-            command["kind"],
-            extra={"job_id": command["job_id"]},
+            "control %s for an unknown job ignored", command.kind, extra={"job_id": command.job_id}
         )
         return state, out
-    kind = command["kind"]
-    status = state["status"]
-    if kind == "pause":
-        if status in (Status.PAUSED.value, Status.CANCELLED.value):
-            return state, out
-        _move(state, Event.PAUSE)
-        state["paused_at_ms"] = now_ms
-    elif kind == "resume":
-        if status != Status.PAUSED.value:
-            return state, out
-        _move(state, Event.RESUME)
-        _resume(state, now_ms, policy, out)
-        state["paused_at_ms"] = None
-    elif kind == "cancel":
-        if status == Status.CANCELLED.value:
-            return state, out
-        _move(state, Event.CANCEL)
-        state["next_run_at_ms"] = None
-        state["queued_occurrence_ms"] = None
-        # retries waiting for their backoff will not run: no further runs
-        state["inflight"] = [e for e in state["inflight"] if e["status"] != Status.FAILED.value]
-    elif kind == "trigger":
-        if status == Status.CANCELLED.value:
-            return state, out
-        salt = command["command_id"]
-        if is_dag_trigger(state):
-            run_id = command.get("dag_run_id")
-            _start_dag_run(state, command["issued_at_ms"], "manual", now_ms, out, salt, run_id)
-        else:
-            _emit(state, command["issued_at_ms"], "manual", now_ms, out, salt=salt)
-    elif kind == "replay":
-        if status == Status.CANCELLED.value or is_dag_trigger(state):
-            return state, out
-        # one replay per dead execution: a second command for the same dead execution
-        # derives the same new execution id, which is not emitted twice while in flight and
-        # whose finished lease the worker does not run again (issue 13, finding 12)
-        dead_id = command.get("execution_id")
-        salt = f"replay/{dead_id}" if dead_id else command["command_id"]
-        _emit(state, now_ms, "replay", now_ms, out, salt=salt)
-    elif kind == "release":
-        run_id = command.get("dag_run_id") or ""
-        if state["dag_runs"].get(run_id) != Status.BLOCKED.value:
-            return state, out  # a second release of the same run does nothing
-        state["dag_runs"][run_id] = Status.PENDING.value
-        _emit(state, now_ms, "release", now_ms, out, salt=run_id, dag_run_id=run_id)
-        state["dag_runs"][run_id] = Status.QUEUED.value
-    elif kind == "skip":
-        run_id = command.get("dag_run_id") or ""
-        if state["dag_runs"].get(run_id) in (Status.SKIPPED.value, Status.SUCCESS.value):
-            return state, out
-        state["dag_runs"][run_id] = Status.SKIPPED.value
-        _move(state, Event.SKIP)
-        _prune_dag_runs(state)
-    elif kind == "dag_run_start":
-        run_id = command.get("dag_run_id") or ""
-        if run_id in state["dag_runs"]:
-            return state, out
-        if state["definition"].get("depends_on"):
-            state["dag_runs"][run_id] = Status.BLOCKED.value
-            _move(state, Event.BLOCK)
-        else:
-            state["dag_runs"][run_id] = Status.QUEUED.value
-            _emit(state, now_ms, "release", now_ms, out, salt=run_id, dag_run_id=run_id)
-    elif kind == "dag_run_end":
-        if not _end_dag_run(state, command, now_ms, out):
-            return state, out
-    else:
-        log.warning("unknown control kind %s ignored", kind, extra={"job_id": state["job_id"]})
+    apply = _ON_CONTROL.get(command.kind)
+    if apply is None:  # a kind added to the schema before this scheduler learnt it
+        log.warning("unknown control kind %s ignored", command.kind, extra={"job_id": state.job_id})
         return state, out
-    state["updated_at_ms"] = now_ms
-    out.state_changed = True
+    if apply(state, command, now_ms, policy, out):
+        state.updated_at_ms = now_ms
+        out.state_changed = True
     return state, out
 
 
-def _resume(state: Record, now_ms: int, policy: Policy, out: Outputs) -> None:
+def _catch_up(state: SchedulerState, now_ms: int, policy: Policy, out: Outputs) -> None:
     """Apply the job's misfire policy to the occurrences missed while it was paused."""
-    definition = state["definition"]
-    schedule = schedule_of(definition)
+    definition = state.definition
+    schedule = schedule_of(definition.schedule)
     if schedule is None:
         return
-    missed_after_ms = state["paused_at_ms"] or now_ms
-    if state.get("next_run_at_ms") is not None:
-        missed_after_ms = min(missed_after_ms, state["next_run_at_ms"] - 1)
+    missed_after_ms = state.paused_at_ms or now_ms
+    if state.next_run_at_ms is not None:
+        missed_after_ms = min(missed_after_ms, state.next_run_at_ms - 1)
     fires = misfire_fires(
         schedule,
-        Misfire(definition["misfire"]),
+        definition.misfire,
         _dt(missed_after_ms),
         _dt(now_ms),
         policy.catch_up_cap,
         policy.catch_up_window_s,
     )
     for t in fires:
-        _fire_occurrence(state, _ms(t), now_ms, out, trigger="misfire")
+        _fire_occurrence(state, _ms(t), now_ms, out, trigger=Trigger.MISFIRE)
     nxt = next_fire(schedule, _dt(now_ms))
-    state["next_run_at_ms"] = None if nxt is None else _ms(nxt)
+    state.next_run_at_ms = None if nxt is None else _ms(nxt)
+
+
+# --- results -----------------------------------------------------------------------------
 
 
 def on_result(
-    state: Record | None, result: Record, now_ms: int, rng: random.Random
-) -> tuple[Record | None, Outputs]:
+    state: SchedulerState | None, result: ExecutionResult, now_ms: int, rng: random.Random
+) -> tuple[SchedulerState | None, Outputs]:
     """A worker's report. Stale reports (other attempt, lower fencing token) change nothing."""
     out = Outputs()
     if state is None:
         return state, out
-    entry = next(
-        (e for e in state["inflight"] if e["execution_id"] == result["execution_id"]), None
-    )
-    if entry is None or entry["attempt"] != result["attempt"]:
+    entry = next((e for e in state.inflight if e.execution_id == result.execution_id), None)
+    if entry is None or entry.attempt != result.attempt or result.lease_token < entry.lease_token:
         return state, out
-    if result["lease_token"] < entry.get("lease_token", 0):
-        return state, out
-    entry["lease_token"] = result["lease_token"]
-    status = result["status"]
-    if status == "running":
-        if entry["status"] == Status.RUNNING.value:
+    entry.lease_token = result.lease_token
+    if result.status is ResultStatus.RUNNING:
+        if entry.status is Status.RUNNING:
             return state, out
-        entry["status"] = Status.RUNNING.value
+        entry.status = Status.RUNNING
         _move(state, Event.START)
-    elif status == "success":
-        state["inflight"].remove(entry)
+    elif result.status is ResultStatus.SUCCESS:
+        state.inflight.remove(entry)
         _move(state, Event.SUCCEED)
         _after_occurrence(state, now_ms, out, entry)
     else:
-        if entry["status"] == Status.FAILED.value:
+        if entry.status is Status.FAILED:
             return state, out  # this attempt's failure was applied already (a republished result)
         _on_failure(state, entry, result, now_ms, rng, out)
-    state["updated_at_ms"] = now_ms
+    state.updated_at_ms = now_ms
     out.state_changed = True
     return state, out
 
 
+_NO_ERROR = ErrorInfo(
+    type="Unknown", message="failed without an error", retryable=True, reason=ErrorReason.ERROR
+)
+
+
 def _on_failure(
-    state: Record,
-    entry: Record,
-    result: Record,
+    state: SchedulerState,
+    entry: InflightExecution,
+    result: ExecutionResult,
     now_ms: int,
     rng: random.Random,
     out: Outputs,
 ) -> None:
-    error = result.get("error") or {
-        "type": "Unknown",
-        "message": "failed without an error",
-        "retryable": True,
-        "reason": "error",
-        "http_status": None,
-    }
-    entry["errors"].append(
-        {
-            "attempt": entry["attempt"],
-            "at_ms": result.get("finished_at_ms") or now_ms,
-            "error": error,
-            "worker_id": result.get("worker_id"),
-        }
+    error = result.error or _NO_ERROR
+    entry.errors.append(
+        AttemptError(
+            attempt=entry.attempt,
+            at_ms=result.finished_at_ms or now_ms,
+            error=error,
+            worker_id=result.worker_id,
+        )
     )
-    policy = retry_policy_of(state["definition"])
-    series_attempt = entry["attempt"] - entry.get("series_start", 1) + 1
+    policy = retry_policy_of(state.definition)
+    series_attempt = entry.attempt - entry.series_start + 1
     can_retry = (
-        error["retryable"]
-        and state["status"] != Status.CANCELLED.value
+        error.retryable
+        and state.status is not Status.CANCELLED
         and should_retry(series_attempt, policy)
     )
     if can_retry:
-        delay_s = result.get("retry_after_s")
+        delay_s = result.retry_after_s
         if delay_s is None:
             delay_s = retry_delay_s(series_attempt - 1, policy, rng)
-        entry["status"] = Status.FAILED.value
-        entry["due_at_ms"] = now_ms + int(delay_s * 1000)
+        entry.status = Status.FAILED
+        entry.due_at_ms = now_ms + int(delay_s * 1000)
         _move(state, Event.FAIL_RETRYABLE)
         return
-    state["inflight"].remove(entry)
+    state.inflight.remove(entry)
     _move(state, Event.FAIL_FINAL)
     out.dead_letters.append(_dead_letter(state, entry, now_ms))
     _after_occurrence(state, now_ms, out, entry)
 
 
-def _after_occurrence(state: Record, now_ms: int, out: Outputs, entry: Record) -> None:
+def _after_occurrence(
+    state: SchedulerState, now_ms: int, out: Outputs, entry: InflightExecution
+) -> None:
     """An execution ended (success or dead): DAG bookkeeping, queued overlap, next occurrence."""
-    run_id = entry.get("dag_run_id")
-    if run_id and run_id in state["dag_runs"]:
-        state["dag_runs"][run_id] = state["status"]
+    run_id = entry.dag_run_id
+    if run_id and run_id in state.dag_runs:
+        state.dag_runs[run_id] = state.status
         _prune_dag_runs(state)
-    held = state.get("queued_occurrence_ms")
+    _fire_held(state, now_ms, out)
+
+
+def _fire_held(state: SchedulerState, now_ms: int, out: Outputs) -> None:
+    """Fire the occurrence held back by overlap=queue_one once nothing is live any more."""
+    held = state.queued_occurrence_ms
     if held is not None and not _live(state):
-        state["queued_occurrence_ms"] = None
-        _fire_occurrence(state, held, now_ms, out, trigger="schedule", held=True)
+        state.queued_occurrence_ms = None
+        _fire_occurrence(state, held, now_ms, out, trigger=Trigger.SCHEDULE, held=True)
 
 
-def _live(state: Record) -> int:
+def _live(state: SchedulerState) -> int:
     if is_dag_trigger(state):  # what a DAG's overlap policy counts: its runs still going
-        return sum(1 for s in state["dag_runs"].values() if s == Status.RUNNING.value)
-    return len(state["inflight"])
+        return sum(1 for s in state.dag_runs.values() if s is Status.RUNNING)
+    return len(state.inflight)
 
 
-def _dead_letter(state: Record, entry: Record, now_ms: int) -> Record:
-    return {
-        "execution_id": entry["execution_id"],
-        "job_id": state["job_id"],
-        "name": state["definition"]["name"],
-        "dead_at_ms": now_ms,
-        "attempts": entry["attempt"],
-        "errors": list(entry["errors"]),
-        "request": execution_request(state, entry, now_ms),
-        "dag_id": state["definition"].get("dag_id"),
-        "dag_run_id": entry.get("dag_run_id"),
-    }
+def _dead_letter(state: SchedulerState, entry: InflightExecution, now_ms: int) -> DeadLetter:
+    return DeadLetter(
+        execution_id=entry.execution_id,
+        job_id=state.job_id,
+        name=state.definition.name,
+        dead_at_ms=now_ms,
+        attempts=entry.attempt,
+        errors=list(entry.errors),
+        request=execution_request(state, entry, now_ms),
+        dag_id=state.definition.dag_id,
+        dag_run_id=entry.dag_run_id,
+    )
 
 
 # --- the timer ---------------------------------------------------------------------------
 
 
 def fire_due(
-    state: Record, now_ms: int, policy: Policy, owned_since_ms: int | None = None
+    state: SchedulerState, now_ms: int, policy: Policy, owned_since_ms: int | None = None
 ) -> Outputs:
     """Everything of this job that is due at ``now_ms``: retries, then the next occurrence."""
     out = Outputs()
-    for entry in state["inflight"]:
-        if entry["status"] == Status.FAILED.value and entry["due_at_ms"] <= now_ms:
-            entry["attempt"] += 1
-            entry["status"] = Status.QUEUED.value
-            due = entry["due_at_ms"]
-            out.executions.append(execution_request(state, entry, now_ms, trigger="retry", due=due))
+    for entry in state.inflight:
+        if entry.status is Status.FAILED and entry.due_at_ms <= now_ms:
+            entry.attempt += 1
+            entry.status = Status.QUEUED
+            out.executions.append(
+                execution_request(state, entry, now_ms, trigger=Trigger.RETRY, due=entry.due_at_ms)
+            )
             _move(state, Event.RETRY_DUE)
             out.state_changed = True
-    next_ms = state.get("next_run_at_ms")
-    if (
-        next_ms is not None
-        and next_ms <= now_ms
-        and state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value)
-    ):
+    next_ms = state.next_run_at_ms
+    if next_ms is not None and next_ms <= now_ms and state.status not in _NOT_FIRING:
         _fire_schedule(state, next_ms, now_ms, policy, out, owned_since_ms)
         out.state_changed = True
     if out.state_changed:
-        state["updated_at_ms"] = now_ms
+        state.updated_at_ms = now_ms
     return out
 
 
 def _fire_schedule(
-    state: Record,
+    state: SchedulerState,
     due_ms: int,
     now_ms: int,
     policy: Policy,
     out: Outputs,
     owned_since_ms: int | None = None,
 ) -> None:
-    definition = state["definition"]
-    schedule = schedule_of(definition)
+    schedule = schedule_of(state.definition.schedule)
     if schedule is None:
-        state["next_run_at_ms"] = None
+        state.next_run_at_ms = None
         return
     # Missed = fell due while no scheduler owned the partition (``owned_since_ms``: when this
     # owner took it). An occurrence that is late because this owner is busy (a burst) is not
@@ -523,39 +566,44 @@ def _fire_schedule(
             _ms(t)
             for t in misfire_fires(
                 schedule,
-                Misfire(definition["misfire"]),
+                state.definition.misfire,
                 _dt(missed_after_ms),
                 _dt(now_ms),
                 policy.catch_up_cap,
                 policy.catch_up_window_s,
             )
         ]
-        trigger = "misfire"
-        after = now_ms
+        trigger, after = Trigger.MISFIRE, now_ms
     else:
-        fires, trigger, after = [due_ms], "schedule", due_ms
+        fires, trigger, after = [due_ms], Trigger.SCHEDULE, due_ms
     for t in fires:
         _fire_occurrence(state, t, now_ms, out, trigger=trigger)
     if isinstance(schedule, OneTime):
-        state["next_run_at_ms"] = None
-        if not fires and not state["inflight"]:
-            state["status"] = Status.SKIPPED.value  # a missed one-time run under misfire=skip
+        state.next_run_at_ms = None
+        if not fires and not state.inflight:
+            _move(state, Event.MISS)  # a missed one-time run under misfire=skip
     else:
         nxt = next_fire(schedule, _dt(after))
-        state["next_run_at_ms"] = None if nxt is None else _ms(nxt)
+        state.next_run_at_ms = None if nxt is None else _ms(nxt)
 
 
 def _fire_occurrence(
-    state: Record, scheduled_ms: int, now_ms: int, out: Outputs, *, trigger: str, held: bool = False
+    state: SchedulerState,
+    scheduled_ms: int,
+    now_ms: int,
+    out: Outputs,
+    *,
+    trigger: Trigger,
+    held: bool = False,
 ) -> None:
     """Fire one occurrence of the schedule, subject to the job's overlap policy."""
-    queued = 0 if held else (1 if state.get("queued_occurrence_ms") is not None else 0)
-    decision = overlap_decision(Overlap(state["definition"]["overlap"]), _live(state), queued)
-    state["last_scheduled_at_ms"] = max(state.get("last_scheduled_at_ms") or 0, scheduled_ms)
+    queued = 0 if held else (1 if state.queued_occurrence_ms is not None else 0)
+    decision = overlap_decision(state.definition.overlap, _live(state), queued)
+    state.last_scheduled_at_ms = max(state.last_scheduled_at_ms or 0, scheduled_ms)
     if decision == "skip":
         return
     if decision == "queue":
-        state["queued_occurrence_ms"] = scheduled_ms
+        state.queued_occurrence_ms = scheduled_ms
         return
     if is_dag_trigger(state):
         _start_dag_run(state, scheduled_ms, trigger, now_ms, out)
@@ -563,36 +611,37 @@ def _fire_occurrence(
         _emit(state, scheduled_ms, trigger, now_ms, out)
 
 
+_QUEUE_EVENT = {Trigger.MANUAL: Event.TRIGGER, Trigger.REPLAY: Event.REPLAY}
+"""The state machine's event for a new execution of the job, by trigger (else ``queue``)."""
+
+
 def _emit(
-    state: Record,
+    state: SchedulerState,
     scheduled_ms: int,
-    trigger: str,
+    trigger: Trigger,
     now_ms: int,
     out: Outputs,
     *,
     salt: str = "",
     dag_run_id: str | None = None,
 ) -> None:
-    execution_id = execution_id_for(state["job_id"], scheduled_ms, trigger, salt)
-    if any(e["execution_id"] == execution_id for e in state["inflight"]):
+    execution_id = execution_id_for(state.job_id, scheduled_ms, trigger, salt)
+    if any(e.execution_id == execution_id for e in state.inflight):
         return
-    entry = {
-        "execution_id": execution_id,
-        "attempt": 1,
-        "scheduled_at_ms": scheduled_ms,
-        "due_at_ms": max(scheduled_ms, now_ms) if trigger != "schedule" else scheduled_ms,
-        "status": Status.QUEUED.value,
-        "errors": [],
-        "trigger": trigger,
-        "lease_token": 0,
-        "series_start": 1,
-        "dag_run_id": dag_run_id,
-    }
-    state["inflight"].append(entry)
-    state["fired_count"] += 1
-    if state["status"] not in (Status.PAUSED.value, Status.CANCELLED.value):
-        # whatever the previous occurrence ended in, the job now has a queued execution
-        state["status"] = Status.QUEUED.value
+    entry = InflightExecution(
+        execution_id=execution_id,
+        attempt=1,
+        scheduled_at_ms=scheduled_ms,
+        due_at_ms=max(scheduled_ms, now_ms) if trigger is not Trigger.SCHEDULE else scheduled_ms,
+        status=Status.QUEUED,
+        trigger=trigger,
+        dag_run_id=dag_run_id,
+    )
+    state.inflight.append(entry)
+    state.fired_count += 1
+    # whatever the previous occurrence ended in, the job now has a queued execution (a paused
+    # or cancelled job keeps its status: the table's self-loops)
+    _move(state, _QUEUE_EVENT.get(trigger, Event.QUEUE))
     out.executions.append(execution_request(state, entry, now_ms))
     out.state_changed = True
 
@@ -612,122 +661,106 @@ MAX_DAG_RUNS_KEPT = 100
 """Runs remembered per job once they ended (the newest); live runs are never dropped."""
 
 _COMMAND_NS = uuid.UUID("1d1a8f33-70c3-4f7e-a3e5-0c3f4d7b9e21")
-_ENDED = frozenset(
-    {Status.SUCCESS.value, Status.DEAD.value, Status.SKIPPED.value, Status.CANCELLED.value}
-)
 
 
-def is_dag_trigger(state: Record) -> bool:
-    return DAG_LABEL in (state["definition"].get("labels") or {})
+def is_dag_trigger(state: SchedulerState) -> bool:
+    return DAG_LABEL in state.definition.labels
 
 
-def _dag_nodes(state: Record) -> list[Record]:
-    nodes: list[Record] = json.loads(state["definition"]["payload_json"])["nodes"]
-    return nodes
+def dag_nodes(payload_json: str) -> list[DagNode]:
+    """The nodes a DAG trigger job's payload lists (``{"nodes": [DagNode, ...]}``); TypeError
+    for a payload of another shape (content no producer of ours writes: the job is
+    quarantined)."""
+    payload: Any = json.loads(payload_json)
+    nodes = payload.get("nodes") if isinstance(payload, dict) else None
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise TypeError(f"a DAG trigger's payload must list its nodes, not {payload_json:.80}")
+    return [DagNode.from_avro(n) for n in nodes]
 
 
 def _start_dag_run(
-    state: Record,
+    state: SchedulerState,
     scheduled_ms: int,
-    trigger: str,
+    trigger: Trigger,
     now_ms: int,
     out: Outputs,
     salt: str = "",
     run_id: str | None = None,
 ) -> None:
     """Start one DAG run: ``dag_run_start`` to every member and the ``started`` event."""
-    run_id = run_id or execution_id_for(state["job_id"], scheduled_ms, trigger, salt)
-    if run_id in state["dag_runs"]:
+    run_id = run_id or execution_id_for(state.job_id, scheduled_ms, trigger, salt)
+    if run_id in state.dag_runs:
         return  # this run was started already
-    dag_id = state["definition"]["labels"][DAG_LABEL]
-    nodes = _dag_nodes(state)
-    for node in nodes:
-        out.controls.append(
-            {
-                "command_id": str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{node['job_id']}")),
-                "job_id": node["job_id"],
-                "kind": "dag_run_start",
-                "issued_at_ms": now_ms,
-                "dag_id": dag_id,
-                "dag_run_id": run_id,
-                "execution_id": None,
-                "reason": trigger,
-                "requested_by": f"dag-trigger:{state['job_id']}",
-            }
+    dag_id = state.definition.labels[DAG_LABEL]
+    nodes = dag_nodes(state.definition.payload_json)
+    out.controls += [
+        ControlCommand(
+            command_id=str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{node.job_id}")),
+            job_id=node.job_id,
+            kind=ControlKind.DAG_RUN_START,
+            issued_at_ms=now_ms,
+            dag_id=dag_id,
+            dag_run_id=run_id,
+            reason=trigger.value,
+            requested_by=f"dag-trigger:{state.job_id}",
         )
+        for node in nodes
+    ]
     out.dag_run_events.append(
-        {
-            "dag_id": dag_id,
-            "dag_run_id": run_id,
-            "kind": "started",
-            "at_ms": now_ms,
-            "status": "running",
-            "node_key": None,
-            "node_status": None,
-            "node_statuses": {
-                n["key"]: (Status.BLOCKED if n["depends_on"] else Status.QUEUED).value
-                for n in nodes
-            },
-            "nodes": [
-                {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
-                for n in nodes
-            ],
-            "trigger_job_id": state["job_id"],
-        }
+        DagRunEvent(
+            dag_id=dag_id,
+            dag_run_id=run_id,
+            kind=DagRunEventKind.STARTED,
+            at_ms=now_ms,
+            status=DagRunStatus.RUNNING,
+            node_statuses={n.key: Status.BLOCKED if n.depends_on else Status.QUEUED for n in nodes},
+            nodes=nodes,
+            trigger_job_id=state.job_id,
+        )
     )
-    state["dag_runs"][run_id] = Status.RUNNING.value
-    state["fired_count"] += 1
-    state["last_scheduled_at_ms"] = max(state.get("last_scheduled_at_ms") or 0, scheduled_ms)
+    state.dag_runs[run_id] = Status.RUNNING
+    state.fired_count += 1
+    state.last_scheduled_at_ms = max(state.last_scheduled_at_ms or 0, scheduled_ms)
     _prune_dag_runs(state)
     out.state_changed = True
 
 
-def _end_dag_run(state: Record, command: Record, now_ms: int, out: Outputs) -> bool:
-    """The resolver reports a run's end: count it out, then fire a run held by queue_one."""
-    run_id = command.get("dag_run_id") or ""
-    if state["dag_runs"].get(run_id) != Status.RUNNING.value:
-        return False  # unknown, or already ended: a repeated report does nothing
-    ok = command.get("reason") == "success"
-    state["dag_runs"][run_id] = (Status.SUCCESS if ok else Status.DEAD).value
-    held = state.get("queued_occurrence_ms")
-    if held is not None and not _live(state):
-        state["queued_occurrence_ms"] = None
-        _fire_occurrence(state, held, now_ms, out, trigger="schedule", held=True)
-    _prune_dag_runs(state)
-    return True
-
-
-def _prune_dag_runs(state: Record, keep: int = MAX_DAG_RUNS_KEPT) -> None:
+def _prune_dag_runs(state: SchedulerState, keep: int = MAX_DAG_RUNS_KEPT) -> None:
     """Forget the oldest ended runs beyond ``keep``, so a frequent cron's state stays small.
 
     A late release for a forgotten run finds no blocked entry and does nothing.
     """
-    runs = state["dag_runs"]
+    runs = state.dag_runs
     excess = len(runs) - keep
     if excess <= 0:
         return
-    for run_id in [r for r, s in runs.items() if s in _ENDED][:excess]:
+    for run_id in [r for r, s in runs.items() if s in TERMINAL][:excess]:
         del runs[run_id]
 
 
 def execution_request(
-    state: Record, entry: Record, now_ms: int, *, trigger: str | None = None, due: int | None = None
-) -> Record:
-    definition = state["definition"]
-    return {
-        "execution_id": entry["execution_id"],
-        "job_id": state["job_id"],
-        "name": definition["name"],
-        "attempt": entry["attempt"],
-        "scheduled_at_ms": entry["scheduled_at_ms"],
-        "due_at_ms": entry["due_at_ms"] if due is None else due,
-        "emitted_at_ms": now_ms,
-        "priority": definition["priority"],
-        "target": definition["target"],
-        "payload_json": definition["payload_json"],
-        "timeout_s": definition["timeout_s"],
-        "trigger": trigger or entry["trigger"],
-        "dag_id": definition.get("dag_id"),
-        "dag_run_id": entry.get("dag_run_id"),
-        "dag_key": definition.get("dag_key"),
-    }
+    state: SchedulerState,
+    entry: InflightExecution,
+    now_ms: int,
+    *,
+    trigger: Trigger | None = None,
+    due: int | None = None,
+) -> ExecutionRequest:
+    definition = state.definition
+    return ExecutionRequest(
+        execution_id=entry.execution_id,
+        job_id=state.job_id,
+        name=definition.name,
+        attempt=entry.attempt,
+        scheduled_at_ms=entry.scheduled_at_ms,
+        due_at_ms=entry.due_at_ms if due is None else due,
+        emitted_at_ms=now_ms,
+        priority=definition.priority,
+        target=definition.target,
+        payload_json=definition.payload_json,
+        timeout_s=definition.timeout_s,
+        trigger=trigger or entry.trigger,
+        dag_id=definition.dag_id,
+        dag_run_id=entry.dag_run_id,
+        dag_key=definition.dag_key,
+    )

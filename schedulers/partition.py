@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -33,10 +33,21 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from duetime.core.clock import Clock
 from duetime.core.errors import CONTENT_ERRORS, DecodeError
 from duetime.core.jobspec import MAX_DEFINITION_BYTES
 from duetime.core.kafka import ErrorClass, classify, watermarks
-from duetime.core.poison import poison_headers, poison_value
+from duetime.core.poison import Parked, park_record
+from duetime.core.records import (
+    AvroRecord,
+    ControlCommand,
+    DagRunEvent,
+    DeadLetter,
+    ExecutionRequest,
+    ExecutionResult,
+    JobDefinition,
+    SchedulerState,
+)
 from duetime.core.redact import redact_text
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -51,6 +62,17 @@ CATCH_UP_LIMIT_MS = 10_000
 """A new owner fires at the latest this long after taking a partition, inputs read or not."""
 
 
+_ANY_PARTITION = -1
+"""librdkafka's ``RD_KAFKA_PARTITION_UA``: the producer's default partitioner places it."""
+
+_INPUTS: dict[str, type[JobDefinition | ControlCommand | ExecutionResult]] = {
+    "job": JobDefinition,
+    "control": ControlCommand,
+    "result": ExecutionResult,
+}
+"""The record class of each input topic's event type."""
+
+
 class PartitionLost(Exception):
     """This process no longer owns the partition (fenced or fatal producer error)."""
 
@@ -59,12 +81,10 @@ class PartitionLost(Exception):
 class Pending:
     """What the current cycle will write."""
 
-    dirty: dict[str, dict[str, Any]] = field(default_factory=dict)
-    executions: list[dict[str, Any]] = field(default_factory=list)
-    dead_letters: list[dict[str, Any]] = field(default_factory=list)
-    controls: list[dict[str, Any]] = field(default_factory=list)
-    dag_run_events: list[dict[str, Any]] = field(default_factory=list)
-    poison: list[tuple[Message, str]] = field(default_factory=list)
+    dirty: dict[str, SchedulerState] = field(default_factory=dict)
+    out: logic.Outputs = field(default_factory=logic.Outputs)
+    """Execution requests, dead letters, commands to other jobs and DAG run events."""
+    poison: list[Parked] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)
     held: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
     """Changelog key → (job_id, command bytes, or None to forget it)."""
@@ -75,19 +95,49 @@ class Pending:
         """Records someone waits for: execution requests, dead letters, commands to other
         jobs and DAG run events. Only bookkeeping (states, held commands, poison copies,
         input offsets) can wait for the commit interval: it is applied in memory at once."""
-        return bool(self.executions or self.dead_letters or self.controls or self.dag_run_events)
+        return self.out.records()
 
     def empty(self) -> bool:
-        return not (
-            self.dirty
-            or self.executions
-            or self.dead_letters
-            or self.controls
-            or self.dag_run_events
-            or self.poison
-            or self.offsets
-            or self.held
-        )
+        return not (self.dirty or self.out.records() or self.poison or self.offsets or self.held)
+
+
+R = TypeVar("R", bound=AvroRecord)
+
+
+@dataclass(frozen=True)  # not slotted: a slotted frozen generic cannot be built as _Route[X](...)
+class _Route(Generic[R]):
+    """Where one kind of the transform's output records goes."""
+
+    records: Callable[[logic.Outputs], Sequence[R]]
+    topic: Callable[[Topics, R], str]
+    key: Callable[[R], str]
+    own_partition: bool
+    """True: the owner's partition number (job-keyed, co-partitioned topics); False: the
+    default partitioner on the key, as the SDK writes them, so they reach their jobs' owners."""
+
+
+_ROUTES: tuple[_Route[Any], ...] = (
+    _Route[ExecutionRequest](
+        lambda o: o.executions, lambda t, r: t.execution(r.priority), lambda r: r.job_id, True
+    ),
+    _Route[DeadLetter](lambda o: o.dead_letters, lambda t, _: t.dlq, lambda r: r.job_id, True),
+    _Route[ControlCommand](lambda o: o.controls, lambda t, _: t.control, lambda r: r.job_id, False),
+    _Route[DagRunEvent](
+        lambda o: o.dag_run_events, lambda t, _: t.dag_runs, lambda r: r.dag_id, False
+    ),
+)
+"""The transaction's table: for each kind of output record, its topic, key and partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """One record of the transaction, ready for ``produce``."""
+
+    topic: str
+    key: str | bytes | None
+    value: bytes | None
+    partition: int = _ANY_PARTITION
+    headers: list[tuple[str, str | bytes | None]] | None = None
 
 
 class PartitionOwner:
@@ -98,12 +148,13 @@ class PartitionOwner:
         topics: Topics,
         codec: Codec,
         producer: Producer,
-        make_producer: Any,
+        make_producer: Callable[[int], Producer],
         restore_consumer: Consumer,
         store_path: Path | None,
         window_ms: int,
         policy: logic.Policy,
         rng: random.Random,
+        clock: Clock,
     ) -> None:
         self.partition = partition
         self.topics = topics
@@ -114,11 +165,12 @@ class PartitionOwner:
         self._window_ms = window_ms
         self.policy = policy
         self.rng = rng
+        self.clock = clock
         self.store = StateStore(store_path, window_ms)
         self.pending = Pending()
         self.producer = producer
         """Transactional, ``init_transactions`` done: the previous owner is fenced."""
-        self.owned_since_ms = int(time.time() * 1000)
+        self.owned_since_ms = clock.now_ms()
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
         self._input_ends: dict[str, int] | None = None
         """Input offsets to read before firing (None: not looked up yet; empty: read)."""
@@ -163,19 +215,19 @@ class PartitionOwner:
 
         n = self.store.bulk_load(rows())
         c.unassign()
-        self.store.advance(int(time.time() * 1000))
+        self.store.advance(self.clock.now_ms())
         return n, time.monotonic() - started
 
     # --- a cycle --------------------------------------------------------------------------
 
-    def _state(self, job_id: str) -> dict[str, Any] | None:
+    def _state(self, job_id: str) -> SchedulerState | None:
         if job_id in self.pending.dirty:
             return self.pending.dirty[job_id]
         raw = self.store.get(job_id)
         if raw is None:
             return None
         try:
-            return self.codec.decode("state", raw)
+            return self.codec.load(SchedulerState, raw, topic=self.topics.state)
         except DecodeError as exc:
             # only schedulers write the changelog, so this is corruption, not traffic: the job
             # is treated as unknown (a new definition starts it afresh) rather than ending the
@@ -192,58 +244,81 @@ class PartitionOwner:
         """Apply one input record (jobs, control or results) to the cycle."""
         topic, offset = msg.topic() or "", msg.offset() or 0
         self.pending.offsets[topic] = offset + 1
-        event_type = self.topics.event_type_of(topic)
-        assert event_type is not None
-        new: dict[str, Any] | None
         try:
-            value = msg.value() or b""
-            if event_type == "job" and len(value) > MAX_DEFINITION_BYTES:
-                # its state could not be written (the record limit): the partition would abort
-                # and retry the same transaction forever
-                raise ValueError(
-                    f"a definition of {len(value)} bytes is over the limit of "
-                    f"{MAX_DEFINITION_BYTES}"
-                )
-            record = self.codec.decode(
-                event_type, value, topic=topic, partition=self.partition, offset=offset
-            )
-            logic.check_input(event_type, record)
-            job_id = record["job_id"]
+            record = self._decode(msg, topic, offset)
+            job_id = record.job_id
             state = self._state(job_id)
-            if event_type == "job":
-                new, out = logic.on_definition(state, record, now_ms)
-                if state is None:
-                    self._collect(job_id, new, out)
-                    new, out = self._apply_held(job_id, new, now_ms)
-            elif event_type == "control":
-                if state is None:
-                    # a command can overtake its job's definition (another topic): hold it
-                    # until the definition arrives
-                    issued = f"{record['issued_at_ms']:015d}"
-                    key = f"{HELD_PREFIX}{job_id}/{issued}/{record['command_id']}"
-                    self.pending.held[key] = (job_id, msg.value() or b"")
-                    return
-                new, out = logic.on_control(state, record, now_ms, self.policy)
-                self._check_sizes(out)
-            else:
-                new, out = logic.on_result(state, record, now_ms, self.rng)
+            if isinstance(record, ControlCommand) and state is None:
+                # a command can overtake its job's definition (another topic): hold it until
+                # the definition arrives
+                key = f"{HELD_PREFIX}{job_id}/{record.issued_at_ms:015d}/{record.command_id}"
+                self.pending.held[key] = (job_id, msg.value() or b"")
+                return
+            new, out = self._apply(state, record, now_ms)
         except CONTENT_ERRORS as exc:
             # undecodable, or valid Avro with content no job can have (e.g. a cron that never
             # fires written past the SDK), or content our logic trips over: park it with its
             # bytes, move on
-            self.pending.poison.append((msg, f"{type(exc).__name__}: {exc}"))
-            metrics.POISON.labels(topic=topic).inc()
-            log.warning(
-                "bad record sent to the poison topic: %s",
-                exc,
-                extra={"topic": topic, "partition": msg.partition(), "offset": msg.offset()},
-            )
+            self._park(msg, exc)
             return
         self._collect(job_id, new, out)
 
+    def _decode(
+        self, msg: Message, topic: str, offset: int
+    ) -> JobDefinition | ControlCommand | ExecutionResult:
+        event_type = self.topics.event_type_of(topic)
+        cls = _INPUTS[event_type or ""]
+        value = msg.value() or b""
+        if cls is JobDefinition and len(value) > MAX_DEFINITION_BYTES:
+            # its state could not be written (the record limit): the partition would abort and
+            # retry the same transaction forever
+            raise ValueError(
+                f"a definition of {len(value)} bytes is over the limit of {MAX_DEFINITION_BYTES}"
+            )
+        record = self.codec.load(cls, value, topic=topic, partition=self.partition, offset=offset)
+        logic.check_input(record)
+        return record
+
+    def _apply(
+        self,
+        state: SchedulerState | None,
+        record: JobDefinition | ControlCommand | ExecutionResult,
+        now_ms: int,
+    ) -> tuple[SchedulerState | None, logic.Outputs]:
+        """The transform of one decoded input (a held command's job is known here)."""
+        if isinstance(record, JobDefinition):
+            new, out = logic.on_definition(state, record, now_ms)
+            if state is None:
+                self._collect(record.job_id, new, out)
+                return self._apply_held(record.job_id, new, now_ms)
+            return new, out
+        if isinstance(record, ControlCommand):
+            control_new, out = logic.on_control(state, record, now_ms, self.policy)
+            self._check_sizes(out)
+            return control_new, out
+        return logic.on_result(state, record, now_ms, self.rng)
+
+    def _park(self, msg: Message, exc: Exception) -> None:
+        """Send a record this scheduler cannot use to the poison topic, in the transaction."""
+        topic = msg.topic() or ""
+        self.pending.poison.append(
+            park_record(
+                topic=topic,
+                partition=self.partition,
+                offset=msg.offset() or 0,
+                key=msg.key(),
+                value=msg.value(),
+                headers=msg.headers(),
+                error=f"{type(exc).__name__}: {exc}",
+                role="scheduler",
+                logger=log,
+            )
+        )
+        metrics.POISON.labels(topic=topic).inc()
+
     def _apply_held(
-        self, job_id: str, state: dict[str, Any], now_ms: int
-    ) -> tuple[dict[str, Any], logic.Outputs]:
+        self, job_id: str, state: SchedulerState, now_ms: int
+    ) -> tuple[SchedulerState, logic.Outputs]:
         """A new job's held commands, in the order they were issued; then forget them."""
         total = logic.Outputs()
         if not self.store.has_held(job_id) and not any(
@@ -255,14 +330,10 @@ class PartitionOwner:
             (k, v) for k, (j, v) in self.pending.held.items() if j == job_id and v is not None
         )
         for key in sorted(held):
-            command = self.codec.decode("control", held[key], topic=self.topics.state)
+            command = self.codec.load(ControlCommand, held[key], topic=self.topics.state)
             new, out = logic.on_control(state, command, now_ms, self.policy)
             state = new if new is not None else state
-            total.executions += out.executions
-            total.dead_letters += out.dead_letters
-            total.controls += out.controls
-            total.dag_run_events += out.dag_run_events
-            total.state_changed |= out.state_changed
+            total.extend(out)
             self.pending.held[key] = (job_id, None)
         return state, total
 
@@ -291,14 +362,14 @@ class PartitionOwner:
         transaction, so it fails here, as that job's content (the SDK and the API refuse
         such a DAG at creation; this holds for records written past them)."""
         for event in out.dag_run_events:
-            size = len(self.codec.encode("dag_run", event))
+            size = len(self.codec.dump(event, topic=self.topics.dag_runs))
             if size > MAX_DEFINITION_BYTES:
                 raise ValueError(
                     f"the DAG run event would be {size} bytes, over the record limit of "
                     f"{MAX_DEFINITION_BYTES}"
                 )
 
-    def _quarantine(self, state: dict[str, Any], exc: Exception, now_ms: int) -> logic.Outputs:
+    def _quarantine(self, state: SchedulerState, exc: Exception, now_ms: int) -> logic.Outputs:
         """One job's content broke the transform: that job stops (dead, on the DLQ, with the
         reason), the partition and the process go on; a restart does not meet it again."""
         reason = redact_text(f"{type(exc).__name__}: {exc}")
@@ -307,7 +378,7 @@ class PartitionOwner:
             "job quarantined: the scheduler could not fire it: %s",
             reason,
             exc_info=exc,
-            extra={"job_id": state.get("job_id"), "partition": self.partition},
+            extra={"job_id": state.job_id, "partition": self.partition},
         )
         return logic.quarantine(state, reason, now_ms)
 
@@ -322,10 +393,7 @@ class PartitionOwner:
         ``CATCH_UP_LIMIT_MS`` so a huge backlog delays firing, never stops it.
         """
         if self._input_ends is None:
-            inputs = [
-                TopicPartition(t, self.partition)
-                for t in (self.topics.jobs, self.topics.control, self.topics.results)
-            ]
+            inputs = [TopicPartition(t, self.partition) for t in self.topics.scheduler_inputs]
             ends: dict[str, int] = {}
             for tp in consumer.committed(inputs, timeout=10):
                 high = watermarks(self._restore_consumer, tp.topic or "", self.partition)[1]
@@ -346,13 +414,10 @@ class PartitionOwner:
         self._input_ends = {}
         return True
 
-    def _collect(self, job_id: str, state: dict[str, Any] | None, out: logic.Outputs) -> None:
+    def _collect(self, job_id: str, state: SchedulerState | None, out: logic.Outputs) -> None:
         if state is not None and out.state_changed:
             self.pending.dirty[job_id] = state
-        self.pending.executions.extend(out.executions)
-        self.pending.dead_letters.extend(out.dead_letters)
-        self.pending.controls.extend(out.controls)
-        self.pending.dag_run_events.extend(out.dag_run_events)
+        self.pending.out.extend(out)
 
     def next_wake_ms(self) -> int | None:
         return self.store.next_wake_ms()
@@ -368,70 +433,10 @@ class PartitionOwner:
         p = self.pending
         try:
             self.producer.begin_transaction()
-            for request in p.executions:
-                topic = self.topics.execution(request["priority"])
+            for m in self._messages(p):
                 self.producer.produce(
-                    topic,
-                    key=request["job_id"],
-                    value=self.codec.encode("execution", request),
-                    partition=self.partition,
+                    m.topic, key=m.key, value=m.value, partition=m.partition, headers=m.headers
                 )
-            for dead in p.dead_letters:
-                self.producer.produce(
-                    self.topics.dlq,
-                    key=dead["job_id"],
-                    value=self.codec.encode("dead_letter", dead),
-                    partition=self.partition,
-                )
-            # commands to other jobs and DAG run events: keyed like the SDK writes them and
-            # placed by the same default partitioner, so they reach their jobs' owners
-            for command in p.controls:
-                self.producer.produce(
-                    self.topics.control,
-                    key=command["job_id"],
-                    value=self.codec.encode("control", command),
-                )
-            for event in p.dag_run_events:
-                self.producer.produce(
-                    self.topics.dag_runs,
-                    key=event["dag_id"],
-                    value=self.codec.encode("dag_run", event),
-                )
-            for msg, reason in p.poison:
-                value, dropped = poison_value(msg.value())
-                self.producer.produce(
-                    self.topics.poison,
-                    key=msg.key(),
-                    value=value,
-                    partition=self.partition,
-                    headers=[
-                        *dropped,
-                        *poison_headers(
-                            msg.headers(),
-                            topic=msg.topic() or "",
-                            partition=msg.partition() or 0,
-                            offset=msg.offset() or 0,
-                            error=reason,
-                            role="scheduler",
-                        ),
-                    ],
-                )
-            for job_id, state in p.dirty.items():
-                wake = logic.wake_at_ms(state)
-                value = self.codec.encode("state", state)
-                self.producer.produce(
-                    self.topics.state,
-                    key=job_id,
-                    value=value,
-                    partition=self.partition,
-                    headers=[(WAKE_HEADER, b"" if wake is None else str(wake).encode())],
-                )
-                self.store.put(job_id, wake, value)
-            for key, (job_id, held) in p.held.items():
-                self.producer.produce(
-                    self.topics.state, key=key, value=held, partition=self.partition
-                )
-                self.store.hold(key, job_id, held)
             if p.offsets:
                 self.producer.send_offsets_to_transaction(
                     [TopicPartition(t, self.partition, o) for t, o in p.offsets.items()],
@@ -443,16 +448,46 @@ class PartitionOwner:
             self._recover(exc, consumer)
             return None
         self.store.commit()
-        metrics.TRANSACTIONS.inc()
-        emitted = len(p.executions)
-        for request in p.executions:
-            metrics.EMITTED.labels(priority=request["priority"], trigger=request["trigger"]).inc()
-            metrics.LATENESS.labels(priority=request["priority"]).observe(
-                max(0, now_ms - request["due_at_ms"]) / 1000
-            )
-        metrics.DEAD_LETTERS.inc(len(p.dead_letters))
+        self._count(p, now_ms)
         self.pending = Pending()
-        return emitted
+        return len(p.out.executions)
+
+    def _messages(self, p: Pending) -> Iterator[_Message]:
+        """Every record of the transaction (the store takes the states and held commands as
+        they go: rolled back if the transaction fails)."""
+        for route in _ROUTES:
+            for record in route.records(p.out):
+                topic = route.topic(self.topics, record)
+                yield _Message(
+                    topic,
+                    route.key(record),
+                    self.codec.dump(record, topic=topic),
+                    self.partition if route.own_partition else _ANY_PARTITION,
+                )
+        for parked in p.poison:
+            yield _Message(
+                self.topics.poison, parked.key, parked.value, self.partition, [*parked.headers]
+            )
+        for job_id, state in p.dirty.items():
+            wake = logic.wake_at_ms(state)
+            value = self.codec.dump(state, topic=self.topics.state)
+            header = b"" if wake is None else str(wake).encode()
+            yield _Message(
+                self.topics.state, job_id, value, self.partition, [(WAKE_HEADER, header)]
+            )
+            self.store.put(job_id, wake, value)
+        for key, (job_id, held) in p.held.items():
+            yield _Message(self.topics.state, key, held, self.partition)
+            self.store.hold(key, job_id, held)
+
+    def _count(self, p: Pending, now_ms: int) -> None:
+        metrics.TRANSACTIONS.inc()
+        for request in p.out.executions:
+            metrics.EMITTED.labels(priority=request.priority, trigger=request.trigger).inc()
+            metrics.LATENESS.labels(priority=request.priority).observe(
+                max(0, now_ms - request.due_at_ms) / 1000
+            )
+        metrics.DEAD_LETTERS.inc(len(p.out.dead_letters))
 
     def _recover(self, exc: KafkaException, consumer: Consumer) -> None:
         kind = classify(exc)
@@ -487,10 +522,7 @@ class PartitionOwner:
 
     def rewind(self, consumer: Consumer) -> None:
         """An aborted transaction does not move the consumer back: seek to the committed offsets."""
-        inputs = [
-            TopicPartition(t, self.partition)
-            for t in (self.topics.jobs, self.topics.control, self.topics.results)
-        ]
+        inputs = [TopicPartition(t, self.partition) for t in self.topics.scheduler_inputs]
         for tp in consumer.committed(inputs, timeout=10):
             tp.offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             consumer.seek(tp)

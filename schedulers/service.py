@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from duetime.core import kafka
-from duetime.core.clock import Clock, SystemClock
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.poison import PRODUCER_MAX_BYTES
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -36,7 +36,7 @@ class Scheduler:
     def __init__(self, settings: SchedulerSettings, clock: Clock | None = None) -> None:
         self.settings = settings
         self.common = settings.common
-        self.clock = clock or SystemClock()
+        self.clock = clock or SYSTEM_CLOCK
         self.topics = Topics(self.common.topic_prefix)
         self.codec = Codec(registry_url=self.common.schema_registry_url)
         self.owners: dict[int, PartitionOwner] = {}
@@ -50,8 +50,22 @@ class Scheduler:
         self.rng = random.Random()
         self._stop = threading.Event()
         self.group_id = f"{self.common.topic_prefix}schedulers"
-        self.consumer: Consumer | None = None
-        self._restore_consumer: Consumer | None = None
+        # the clients exist from the start (the rebalance callbacks and shutdown use them); the
+        # consumer joins the group only when run() subscribes it
+        self.consumer: Consumer = kafka.consumer(
+            self.common, self.group_id, **{"session.timeout.ms": settings.session_timeout_ms}
+        )
+        # the restore reader needs no group: it reads a state partition from its beginning
+        self._restore_consumer: Consumer = kafka.consumer(
+            self.common,
+            f"{self.group_id}-restore",
+            **{
+                "enable.partition.eof": True,
+                # requests on a connection are served in order: a fetch parked for the default
+                # 500 ms would delay every watermark query behind it during a failover
+                "fetch.wait.max.ms": 10,
+            },
+        )
         self.on_restored: Callable[[int, int, float], None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
         self._lost: dict[int, PartitionOwner | None] = {}
@@ -66,22 +80,8 @@ class Scheduler:
         self._stop.set()
 
     def run(self) -> None:
-        self.consumer = kafka.consumer(
-            self.common, self.group_id, **{"session.timeout.ms": self.settings.session_timeout_ms}
-        )
-        # the restore reader needs no group: it reads a state partition from its beginning
-        self._restore_consumer = kafka.consumer(
-            self.common,
-            f"{self.group_id}-restore",
-            **{
-                "enable.partition.eof": True,
-                # requests on a connection are served in order: a fetch parked for the default
-                # 500 ms would delay every watermark query behind it during a failover
-                "fetch.wait.max.ms": 10,
-            },
-        )
         self.consumer.subscribe(
-            [self.topics.jobs, self.topics.control, self.topics.results],
+            list(self.topics.scheduler_inputs),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -117,28 +117,19 @@ class Scheduler:
 
     def _shutdown(self) -> None:
         for p, owner in list(self.owners.items()):
-            if self.consumer is not None:
-                self._flush(owner, self.consumer)
+            self._flush(owner, self.consumer)
             self._drop(p)
         for p in list(self._suspended):
             self._close(self._suspended.pop(p)[0], p)
-        if self.consumer is not None:
-            self.consumer.close()  # leaves the group: partitions move at once
-        if self._restore_consumer is not None:
-            self._restore_consumer.close()
+        self.consumer.close()  # leaves the group: partitions move at once
+        self._restore_consumer.close()
         metrics.OWNED.set(0)
         log.info("scheduler stopped")
 
     # --- the loop -------------------------------------------------------------------------
 
     def _cycle(self) -> None:
-        assert self.consumer is not None
-        # consume() waits for a full batch or its timeout; poll() returns with the first
-        # record, and consume(timeout=0) then takes whatever else is already here
-        first = self.consumer.poll(self._poll_timeout_s())
-        msgs = [] if first is None else [first]
-        if first is not None and self.settings.batch_size > 1:
-            msgs += self.consumer.consume(self.settings.batch_size - 1, 0)
+        msgs = kafka.read_batch(self.consumer, self.settings.batch_size, self._poll_timeout_s())
         now_ms = self.clock.now_ms()
         for msg in msgs:
             if msg.error():
@@ -176,7 +167,6 @@ class Scheduler:
         )
 
     def _commit(self, owner: PartitionOwner) -> None:
-        assert self.consumer is not None
         p = owner.partition
         try:
             owner.commit(self.consumer, self.clock.now_ms())
@@ -205,7 +195,6 @@ class Scheduler:
         it was given to does that. A partition that cannot be taken back after many tries in
         a row ends the process, so the group moves it elsewhere.
         """
-        assert self.consumer is not None
         lost, self._lost = self._lost, {}
         assigned = {tp.partition for tp in self.consumer.assignment()}
         for p, failed in sorted(lost.items(), key=lambda item: item[0]):
@@ -237,7 +226,6 @@ class Scheduler:
 
     def _housekeeping(self) -> None:
         """Gauges: pending jobs per partition, input lag per topic (from cached watermarks)."""
-        assert self.consumer is not None
         for p, owner in self.owners.items():
             metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
         assignment = self.consumer.assignment()
@@ -289,7 +277,7 @@ class Scheduler:
         by_partition: dict[int, set[str]] = {}
         for tp in partitions:
             by_partition.setdefault(tp.partition, set()).add(tp.topic)
-        inputs = {self.topics.jobs, self.topics.control, self.topics.results}
+        inputs = set(self.topics.scheduler_inputs)
         to_take = []
         for p, topics in sorted(by_partition.items()):
             if topics != inputs:
@@ -313,7 +301,6 @@ class Scheduler:
         metrics.OWNED.set(len(self.owners))
 
     def _state_hwm(self, p: int) -> int:
-        assert self._restore_consumer is not None
         return kafka.watermarks(self._restore_consumer, self.topics.state, p)[1]
 
     def _resume(self, p: int) -> bool:
@@ -330,7 +317,6 @@ class Scheduler:
         return True
 
     def _take(self, p: int, producer: Producer) -> None:
-        assert self._restore_consumer is not None
         state_dir = self.settings.state_dir
         owner = PartitionOwner(
             p,
@@ -345,6 +331,7 @@ class Scheduler:
             window_ms=int(self.settings.window_s * 1000),
             policy=self.policy,
             rng=self.rng,
+            clock=self.clock,
         )
         n, seconds = owner.restore()
         metrics.RESTORE_SECONDS.observe(seconds)

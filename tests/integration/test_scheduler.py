@@ -15,13 +15,17 @@ import pytest
 from confluent_kafka import Producer
 
 from duetime.core.config import CommonSettings
+from duetime.core.models import Status
+from duetime.core.records import SchedulerState
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
+from duetime.schemas.codec import Codec
 from tests.helpers import RunningScheduler as Running
 from tests.helpers import TopicReader, execution_reader, wait_for
 
 HTTP_TARGET = {"type": "http", "url": "http://127.0.0.1:9/none"}
+CODEC = Codec()
 
 
 @pytest.fixture
@@ -47,6 +51,35 @@ def executions(settings: CommonSettings) -> Iterator[TopicReader]:
     reader.close()
 
 
+@pytest.fixture
+def states(settings: CommonSettings) -> Iterator[TopicReader]:
+    """The scheduler's changelog, raw (held commands share it under other keys)."""
+    reader = TopicReader(settings, [Topics(settings.topic_prefix).state], None)
+    yield reader
+    reader.close()
+
+
+def latest_state(states: TopicReader, job_id: str) -> SchedulerState | None:
+    """The job's latest state as its scheduler committed it, or None while it has none."""
+    key = job_id.encode()
+    for msg in reversed(list(states.raw)):
+        if msg.key() == key and msg.value():
+            return CODEC.load(SchedulerState, msg.value())
+    return None
+
+
+def wait_status(states: TopicReader, job_id: str, status: Status) -> SchedulerState:
+    """Wait until the scheduler has committed the job in ``status``; its state then."""
+
+    def in_status() -> SchedulerState | None:
+        state = latest_state(states, job_id)
+        return state if state is not None and state.status is status else None
+
+    found = wait_for(in_status, 15, f"job {job_id} to be {status} on the changelog")
+    assert found is not None
+    return found
+
+
 def iso(dt: datetime) -> str:
     return dt.isoformat().replace("+00:00", "Z")
 
@@ -61,7 +94,7 @@ def test_one_time_job_fires_once_on_time(
     at = datetime.now(UTC) + timedelta(seconds=1.5)
     job = client.create_job(name="once", schedule={"at": iso(at)}, target=HTTP_TARGET)
     got = wait_for(lambda: of_job(executions, job.job_id), 15, "the one-time job to fire")
-    time.sleep(1.5)  # a second fire would show up by now
+    time.sleep(1.5)  # the subject: no second fire within 1.5 s
     got = of_job(executions, job.job_id)
     assert len(got) == 1
     request = got[0]
@@ -83,7 +116,7 @@ def test_past_one_time_job_runs_now_and_recreate_is_idempotent(
     job = client.create_job(body)
     client.create_job({**body, "job_id": job.job_id})  # the same job again: a no-op
     wait_for(lambda: of_job(executions, job.job_id), 15, "the past job to run now")
-    time.sleep(1.0)
+    time.sleep(1.0)  # the subject: the re-create fires nothing more within 1 s
     got = of_job(executions, job.job_id)
     assert len(got) == 1 and got[0]["_topic"].endswith("exec.critical")
 
@@ -103,7 +136,7 @@ def test_six_field_cron_fires_once_per_occurrence(
 
 
 def _pause_then_resume(
-    client: JobClient, executions: TopicReader, misfire: str, paused_s: float
+    client: JobClient, executions: TopicReader, states: TopicReader, misfire: str, paused_s: float
 ) -> tuple[list[int], list[dict[str, Any]]]:
     job = client.create_job(
         name=f"pause-{misfire}",
@@ -114,23 +147,40 @@ def _pause_then_resume(
     )
     wait_for(lambda: of_job(executions, job.job_id), 15, "the first fire")
     client.pause(job.job_id)
-    time.sleep(0.5)  # commands in flight settle
-    paused_at = len(of_job(executions, job.job_id))
-    time.sleep(paused_s)
+    # every run fired before the pause took effect is counted in the paused state: read them
+    paused_at = wait_status(states, job.job_id, Status.PAUSED).fired_count
+    wait_for(
+        lambda: len(of_job(executions, job.job_id)) >= paused_at, 15, "the runs before the pause"
+    )
+    time.sleep(paused_s)  # the subject: occurrences fall due while the job is paused
     during = len(of_job(executions, job.job_id))
     assert during == paused_at, "a paused job must not fire"
     resumed_ms = int(time.time() * 1000)
     client.resume(job.job_id)
-    time.sleep(0.6)
+    # the first regular fire after the resume comes after its catch-up runs in the same
+    # partition, so once it is read, so are they
+    wait_for(
+        lambda: [
+            r
+            for r in of_job(executions, job.job_id)[during:]
+            if r["trigger"] == "schedule" and r["emitted_at_ms"] > resumed_ms
+        ],
+        15,
+        "a regular fire after the resume",
+    )
     after = of_job(executions, job.job_id)[during:]
     return [resumed_ms], [r for r in after if r["emitted_at_ms"] <= resumed_ms + 700]
 
 
 @pytest.mark.parametrize("misfire", ["skip", "run_once", "run_all"])
 def test_pause_resume_follows_the_misfire_policy(
-    scheduler: Running, client: JobClient, executions: TopicReader, misfire: str
+    scheduler: Running,
+    client: JobClient,
+    executions: TopicReader,
+    states: TopicReader,
+    misfire: str,
 ) -> None:
-    _, catch_up = _pause_then_resume(client, executions, misfire, paused_s=3.0)
+    _, catch_up = _pause_then_resume(client, executions, states, misfire, paused_s=3.0)
     missed = [r for r in catch_up if r["trigger"] == "misfire"]
     if misfire == "skip":
         assert missed == []
@@ -143,14 +193,14 @@ def test_pause_resume_follows_the_misfire_policy(
 
 
 def test_cancel_stops_and_trigger_runs_once(
-    scheduler: Running, client: JobClient, executions: TopicReader
+    scheduler: Running, client: JobClient, executions: TopicReader, states: TopicReader
 ) -> None:
     manual = client.create_job(name="manual", target=HTTP_TARGET)  # no schedule: trigger only
-    time.sleep(1.0)
+    assert wait_status(states, manual.job_id, Status.PENDING).fired_count == 0
     assert of_job(executions, manual.job_id) == []
     client.trigger(manual.job_id)
     wait_for(lambda: of_job(executions, manual.job_id), 15, "the triggered run")
-    time.sleep(1.0)
+    time.sleep(1.0)  # the subject: one trigger, one run (nothing more within 1 s)
     got = of_job(executions, manual.job_id)
     assert len(got) == 1 and got[0]["trigger"] == "manual"
 
@@ -159,9 +209,10 @@ def test_cancel_stops_and_trigger_runs_once(
     )
     wait_for(lambda: of_job(executions, cron.job_id), 15, "the cron's first fire")
     client.cancel(cron.job_id)
-    time.sleep(0.5)
-    before = len(of_job(executions, cron.job_id))
-    time.sleep(2.5)
+    # every run fired before the cancel took effect is counted in the cancelled state
+    before = wait_status(states, cron.job_id, Status.CANCELLED).fired_count
+    wait_for(lambda: len(of_job(executions, cron.job_id)) >= before, 15, "the runs before")
+    time.sleep(2.5)  # the subject: occurrences fall due while the job is cancelled
     assert len(of_job(executions, cron.job_id)) == before, "a cancelled job must not fire"
 
 
@@ -190,7 +241,7 @@ def test_undecodable_records_go_to_the_poison_topic(
 
 
 def test_state_survives_a_restart(
-    settings: CommonSettings, client: JobClient, executions: TopicReader
+    settings: CommonSettings, client: JobClient, executions: TopicReader, states: TopicReader
 ) -> None:
     """A new scheduler restores due jobs from the changelog and fires each exactly once."""
     first = Running(SchedulerSettings(common=settings))
@@ -206,17 +257,21 @@ def test_state_survives_a_restart(
         for i in range(50)
     ]
     client.flush()
-    time.sleep(1.0)
+    ids = {j.job_id for j in jobs}
+    wait_for(
+        lambda: all(latest_state(states, i) is not None for i in ids),
+        15,
+        "the first scheduler to write every job's state",
+    )
     first.stop()
     second = Running(SchedulerSettings(common=replace(settings, instance_id="second")))
     try:
-        ids = {j.job_id for j in jobs}
         wait_for(
             lambda: ids <= {r["job_id"] for r in executions.snapshot()},
             30,
             "all 50 jobs to fire after the restart",
         )
-        time.sleep(1.0)
+        time.sleep(1.0)  # the subject: each fires once (no second fire within 1 s)
         counts = Counter(r["job_id"] for r in executions.snapshot() if r["job_id"] in ids)
         assert set(counts.values()) == {1}
     finally:
@@ -224,18 +279,23 @@ def test_state_survives_a_restart(
 
 
 def test_a_command_that_overtakes_its_job_is_held_until_the_job_arrives(
-    settings: CommonSettings, scheduler: Running, executions: TopicReader
+    settings: CommonSettings, scheduler: Running, executions: TopicReader, states: TopicReader
 ) -> None:
     """trigger is published before the definition: it must not be lost."""
     with JobClient(settings=settings) as c:
         definition = c.build(name="late-definition", target=HTTP_TARGET)
-        c.trigger(definition["job_id"])
-        time.sleep(1.0)  # the scheduler sees the command first, and holds it
-        assert of_job(executions, definition["job_id"]) == []
+        c.trigger(definition.job_id)
+        held = f"held/{definition.job_id}/".encode()
+        wait_for(  # the scheduler sees the command first, and holds it
+            lambda: any((m.key() or b"").startswith(held) for m in list(states.raw)),
+            15,
+            "the command to be held",
+        )
+        assert of_job(executions, definition.job_id) == []
         c.publish_definition(definition)
-    got = wait_for(lambda: of_job(executions, definition["job_id"]), 15, "the held trigger to run")
-    time.sleep(1.0)
-    got = of_job(executions, definition["job_id"])
+    got = wait_for(lambda: of_job(executions, definition.job_id), 15, "the held trigger to run")
+    time.sleep(1.0)  # the subject: the held command runs once (nothing more within 1 s)
+    got = of_job(executions, definition.job_id)
     assert len(got) == 1 and got[0]["trigger"] == "manual"
 
 
@@ -261,7 +321,7 @@ def test_a_job_that_breaks_the_transform_is_quarantined_not_the_partition(
         )
         client.publish_definition(hostile)
         dead = wait_for(
-            lambda: [r for r in dlq.snapshot() if r["job_id"] == hostile["job_id"]],
+            lambda: [r for r in dlq.snapshot() if r["job_id"] == hostile.job_id],
             20,
             "a dead letter for the quarantined job",
         )
@@ -272,7 +332,7 @@ def test_a_job_that_breaks_the_transform_is_quarantined_not_the_partition(
             name="after-quarantine", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
         )
         wait_for(lambda: of_job(executions, job.job_id), 15, "a plain job after the quarantine")
-        assert of_job(executions, hostile["job_id"]) == []
+        assert of_job(executions, hostile.job_id) == []
         assert scheduler.thread.is_alive()
     finally:
         dlq.close()
@@ -299,7 +359,7 @@ def test_a_definition_may_not_move_a_job_into_a_dag(
     poison = TopicReader(settings, [topics.poison], None)
     try:
         job = client.create_job(name="victim", target=HTTP_TARGET)
-        time.sleep(0.01)  # a later revision
+        time.sleep(0.01)  # not a settling wait: a later millisecond is a later revision
         takeover = client.build(
             job_id=job.job_id,
             name="taken-over",
@@ -340,7 +400,7 @@ def test_a_dag_run_too_large_for_one_record_quarantines_its_trigger_only(
         )
         client.publish_definition(trigger)
         dead = wait_for(
-            lambda: [r for r in dlq.snapshot() if r["job_id"] == trigger["job_id"]],
+            lambda: [r for r in dlq.snapshot() if r["job_id"] == trigger.job_id],
             30,
             "a dead letter for the oversized DAG trigger",
         )

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from dataclasses import replace
 
 from duetime.core.jobspec import build_job
+from duetime.core.models import ControlKind, ErrorReason, ResultStatus, Status, Trigger
+from duetime.core.records import (
+    ControlCommand,
+    ErrorInfo,
+    ExecutionRequest,
+    ExecutionResult,
+    SchedulerState,
+)
 from duetime.schedulers import logic
 
 NOW = 1_800_000_000_000
 
 
-def fired(max_retries: int = 3) -> tuple[dict[str, Any], dict[str, Any]]:
+def fired(max_retries: int = 3) -> tuple[SchedulerState, ExecutionRequest]:
     definition = build_job(
         {
             "name": "x",
@@ -28,33 +36,28 @@ def fired(max_retries: int = 3) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def result(
-    request: dict[str, Any], status: str, attempt: int = 1, token: int = 5
-) -> dict[str, Any]:
-    return {
-        "execution_id": request["execution_id"],
-        "job_id": request["job_id"],
-        "attempt": attempt,
-        "status": status,
-        "worker_id": "w",
-        "lease_token": token,
-        "scheduled_at_ms": request["scheduled_at_ms"],
-        "finished_at_ms": NOW + 10,
-        "error": None
-        if status != "failure"
-        else {
-            "type": "X",
-            "message": "m",
-            "retryable": True,
-            "reason": "error",
-            "http_status": None,
-        },
-        "retry_after_s": None,
-    }
+    request: ExecutionRequest, status: ResultStatus, attempt: int = 1, token: int = 5
+) -> ExecutionResult:
+    return ExecutionResult(
+        execution_id=request.execution_id,
+        job_id=request.job_id,
+        attempt=attempt,
+        status=status,
+        worker_id="w",
+        lease_token=token,
+        scheduled_at_ms=request.scheduled_at_ms,
+        finished_at_ms=NOW + 10,
+        error=None
+        if status is not ResultStatus.FAILURE
+        else ErrorInfo(type="X", message="m", retryable=True, reason=ErrorReason.ERROR),
+        retry_after_s=None,
+        priority=request.priority,
+    )
 
 
 def on_result(
-    state: dict[str, Any], res: dict[str, Any], now_ms: int, rng: random.Random
-) -> tuple[dict[str, Any], logic.Outputs]:
+    state: SchedulerState, res: ExecutionResult, now_ms: int, rng: random.Random
+) -> tuple[SchedulerState, logic.Outputs]:
     new, out = logic.on_result(state, res, now_ms, rng)
     assert new is not None
     return new, out
@@ -62,13 +65,15 @@ def on_result(
 
 def test_a_repeated_failure_report_changes_nothing() -> None:
     state, request = fired()
-    state, _ = on_result(state, result(request, "failure"), NOW + 10, random.Random(1))
-    entry = dict(state["inflight"][0])
-    assert entry["status"] == "failed" and entry["due_at_ms"] == NOW + 10 + 1000
-    state, out = on_result(state, result(request, "failure"), NOW + 900, random.Random(2))
+    state, _ = on_result(state, result(request, ResultStatus.FAILURE), NOW + 10, random.Random(1))
+    entry = replace(state.inflight[0])
+    assert entry.status is Status.FAILED and entry.due_at_ms == NOW + 10 + 1000
+    state, out = on_result(
+        state, result(request, ResultStatus.FAILURE), NOW + 900, random.Random(2)
+    )
     assert not out.state_changed
-    assert state["inflight"][0]["due_at_ms"] == entry["due_at_ms"]
-    assert len(state["inflight"][0]["errors"]) == 1
+    assert state.inflight[0].due_at_ms == entry.due_at_ms
+    assert len(state.inflight[0].errors) == 1
 
 
 def test_retries_then_dead_letter_with_the_whole_history() -> None:
@@ -77,60 +82,57 @@ def test_retries_then_dead_letter_with_the_whole_history() -> None:
     for attempt in (1, 2, 3):
         now += 10_000
         state, out = on_result(
-            state, result(request, "failure", attempt), now, random.Random(attempt)
+            state, result(request, ResultStatus.FAILURE, attempt), now, random.Random(attempt)
         )
         if attempt < 3:
-            assert state["status"] == "failed"
+            assert state.status is Status.FAILED
             out = logic.fire_due(state, now + 10_000, logic.Policy())
-            assert [e["attempt"] for e in out.executions] == [attempt + 1]
-            assert out.executions[0]["execution_id"] == request["execution_id"]
-    assert state["status"] == "dead" and state["inflight"] == []
+            assert [e.attempt for e in out.executions] == [attempt + 1]
+            assert out.executions[0].execution_id == request.execution_id
+    assert state.status is Status.DEAD and state.inflight == []
     [dead] = out.dead_letters
-    assert dead["attempts"] == 3 and [e["attempt"] for e in dead["errors"]] == [1, 2, 3]
+    assert dead.attempts == 3 and [e.attempt for e in dead.errors] == [1, 2, 3]
 
 
-def replay_command(job_id: str, execution_id: str, command_id: str) -> dict[str, Any]:
-    return {
-        "command_id": command_id,
-        "job_id": job_id,
-        "kind": "replay",
-        "issued_at_ms": NOW,
-        "dag_id": None,
-        "dag_run_id": None,
-        "execution_id": execution_id,
-        "reason": None,
-        "requested_by": None,
-    }
+def replay_command(job_id: str, execution_id: str, command_id: str) -> ControlCommand:
+    return ControlCommand(
+        command_id=command_id,
+        job_id=job_id,
+        kind=ControlKind.REPLAY,
+        issued_at_ms=NOW,
+        execution_id=execution_id,
+    )
 
 
 def test_replaying_one_dead_execution_twice_emits_one_execution() -> None:
     """Issue 13, finding 12: two replay commands of the same dead execution (a double click,
     two API processes) derive the same new execution, emitted once."""
     state, request = fired(max_retries=0)
-    state, out = on_result(state, result(request, "failure"), NOW + 10, random.Random(1))
+    state, out = on_result(state, result(request, ResultStatus.FAILURE), NOW + 10, random.Random(1))
     [dead] = out.dead_letters
     emitted = []
     for command_id in ("c1", "c2"):
         new, out = logic.on_control(
             state,
-            replay_command(state["job_id"], dead["execution_id"], command_id),
+            replay_command(state.job_id, dead.execution_id, command_id),
             NOW + 20,
             logic.Policy(),
         )
         assert new is not None
         state = new
         emitted += out.executions
-    assert len(emitted) == 1 and emitted[0]["trigger"] == "replay"
-    assert emitted[0]["execution_id"] != dead["execution_id"]
+    assert len(emitted) == 1 and emitted[0].trigger is Trigger.REPLAY
+    assert emitted[0].execution_id != dead.execution_id
 
 
 def test_a_stale_fencing_token_is_ignored() -> None:
     state, request = fired()
-    state, _ = on_result(state, result(request, "running", token=7), NOW + 1, random.Random())
-    state, out = on_result(state, result(request, "success", token=6), NOW + 2, random.Random())
-    assert not out.state_changed and state["status"] == "running"
-    state, _ = on_result(state, result(request, "success", token=7), NOW + 3, random.Random())
-    assert state["status"] == "success" and state["inflight"] == []
+    running, success = ResultStatus.RUNNING, ResultStatus.SUCCESS
+    state, _ = on_result(state, result(request, running, token=7), NOW + 1, random.Random())
+    state, out = on_result(state, result(request, success, token=6), NOW + 2, random.Random())
+    assert not out.state_changed and state.status is Status.RUNNING
+    state, _ = on_result(state, result(request, success, token=7), NOW + 3, random.Random())
+    assert state.status is Status.SUCCESS and state.inflight == []
 
 
 def test_late_because_busy_is_not_a_misfire() -> None:
@@ -148,9 +150,10 @@ def test_late_because_busy_is_not_a_misfire() -> None:
     )
     policy = logic.Policy(misfire_threshold_ms=5_000)
     state, _ = logic.on_definition(None, definition, NOW)
-    due = state["next_run_at_ms"]
+    due = state.next_run_at_ms
+    assert due is not None
     busy = logic.fire_due(state, due + 8_000, policy, owned_since_ms=due - 60_000)
-    assert [e["scheduled_at_ms"] for e in busy.executions] == [due]
+    assert [e.scheduled_at_ms for e in busy.executions] == [due]
     state, _ = logic.on_definition(None, definition, NOW)
     down = logic.fire_due(state, due + 8_000, policy, owned_since_ms=due + 7_000)
     assert down.executions == []
