@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from duetime.core.jobspec import job_to_api
+from duetime.core.records import JobDefinition
 from duetime.core.redact import redact_headers, redact_text, redact_url
 
 from .jsondepth import nesting_depth
+from .rows import DeadLetterRow, ExecutionRow, JobRow
 from .store import MAX_DECODED_DEPTH, TooDeep
 
 MAX_SHOWN_DEPTH = MAX_DECODED_DEPTH
@@ -43,13 +46,15 @@ def attempt_out(a: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_target(target: Any) -> Any:
+    """A stored target (JSON, as the API shows it) with its URL and headers redacted."""
     if not isinstance(target, Mapping) or target.get("type") != "http":
         return target
     out = dict(target)
-    if isinstance(out.get("url"), str):
-        out["url"] = redact_url(out["url"])
-    if isinstance(out.get("headers"), Mapping):
-        out["headers"] = redact_headers(out["headers"])
+    url, headers = target.get("url"), target.get("headers")
+    if isinstance(url, str):
+        out.update(url=redact_url(url))
+    if isinstance(headers, Mapping):
+        out.update(headers=redact_headers(headers))
     return out
 
 
@@ -66,88 +71,93 @@ def redact_deep(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def execution_out(e: Mapping[str, Any]) -> dict[str, Any]:
+def execution_out(e: ExecutionRow) -> dict[str, Any]:
     """From a row, or from ``to_jsonb`` of a row (then times are strings)."""
     return {
-        "execution_id": str(e["execution_id"]),
-        "job_id": str(e["job_id"]),
-        "name": e["name"],
-        "status": e["status"],
-        "attempt": e["attempt"],
-        "trigger": e["trigger"],
-        "priority": e["priority"],
-        "scheduled_at": e["scheduled_at"],
-        "queued_at": e["queued_at"],
-        "started_at": e["started_at"],
-        "finished_at": e["finished_at"],
-        "worker_id": e["worker_id"],
-        "error": redact_deep(_decoded(e["error"], {"omitted": "nested too deep to show"})),
-        "lateness_ms": e["lateness_ms"],
-        "dag_id": _s(e["dag_id"]),
-        "dag_run_id": e["dag_run_id"],
-        "attempts": [attempt_out(a) for a in _decoded(e["attempts"], []) or []],
+        "execution_id": str(e.execution_id),
+        "job_id": str(e.job_id),
+        "name": e.name,
+        "status": e.status,
+        "attempt": e.attempt,
+        "trigger": e.trigger,
+        "priority": e.priority,
+        "scheduled_at": e.scheduled_at,
+        "queued_at": e.queued_at,
+        "started_at": e.started_at,
+        "finished_at": e.finished_at,
+        "worker_id": e.worker_id,
+        "error": redact_deep(_decoded(e.error, {"omitted": "nested too deep to show"})),
+        "lateness_ms": e.lateness_ms,
+        "dag_id": _s(e.dag_id),
+        "dag_run_id": e.dag_run_id,
+        "attempts": [attempt_out(a) for a in _decoded(e.attempts, []) or []],
     }
 
 
-def job_out(row: Mapping[str, Any]) -> dict[str, Any]:
-    last = _decoded(row.get("last_execution"), None)
-    payload, omitted = row["payload"], None
+def job_out(row: JobRow) -> dict[str, Any]:
+    last = _decoded(row.last_execution, None)
+    payload, omitted = row.payload, None
     if isinstance(payload, TooDeep) or nesting_depth(payload) > MAX_SHOWN_DEPTH:
         payload = None
         omitted = f"the payload nests deeper than {MAX_SHOWN_DEPTH} levels and is not shown"
     out = {
-        "job_id": str(row["job_id"]),
-        "name": row["name"],
-        "status": row["status"],
-        "next_run_at": row["next_run_at"],
-        "schedule": row["schedule"],
-        "priority": row["priority"],
-        "target": redact_target(row["target"]),
+        "job_id": str(row.job_id),
+        "name": row.name,
+        "status": row.status.value,
+        "next_run_at": row.next_run_at,
+        "schedule": row.schedule,
+        "priority": row.priority,
+        "target": redact_target(row.target),
         "payload": payload,
-        "retry": row["retry"],
-        "timeout_s": row["timeout_s"],
-        "misfire": row["misfire"],
-        "overlap": row["overlap"],
-        "labels": row["labels"],
-        "dag_id": _s(row["dag_id"]),
-        "dag_key": row["dag_key"],
-        "depends_on": list(row["depends_on"] or []),
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
-        "last_execution": None if last is None else execution_out(last),
+        "retry": row.retry,
+        "timeout_s": row.timeout_s,
+        "misfire": row.misfire,
+        "overlap": row.overlap,
+        "labels": row.labels,
+        "dag_id": _s(row.dag_id),
+        "dag_key": row.dag_key,
+        "depends_on": list(row.depends_on or []),
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "last_execution": None if last is None else execution_out(ExecutionRow.from_row(last)),
     }
     if omitted is not None:
         out["payload_omitted"] = omitted
     return out
 
 
-def job_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+def job_spec(row: JobRow) -> dict[str, Any]:
     """What a create body said, from a row: compared with a new body for idempotency."""
     return {
-        "name": row["name"],
-        "schedule": row["schedule"],
-        "priority": row["priority"],
-        "target": row["target"],
-        "payload": row["payload"],
-        "retry": row["retry"],
-        "timeout_s": row["timeout_s"],
-        "misfire": row["misfire"],
-        "overlap": row["overlap"],
-        "labels": row["labels"] or {},
-        "dag_id": _s(row["dag_id"]),
-        "dag_key": row["dag_key"],
-        "depends_on": list(row["depends_on"] or []),
+        "name": row.name,
+        "schedule": row.schedule,
+        "priority": row.priority,
+        "target": row.target,
+        "payload": row.payload,
+        "retry": row.retry,
+        "timeout_s": row.timeout_s,
+        "misfire": row.misfire,
+        "overlap": row.overlap,
+        "labels": row.labels or {},
+        "dag_id": _s(row.dag_id),
+        "dag_key": row.dag_key,
+        "depends_on": list(row.depends_on or []),
     }
 
 
-def dead_letter_out(row: Mapping[str, Any]) -> dict[str, Any]:
+def definition_spec(definition: JobDefinition) -> dict[str, Any]:
+    """What a create body said, from its definition record (as ``job_spec`` from a row)."""
+    return {k: v for k, v in job_to_api(definition).items() if k != "job_id"}
+
+
+def dead_letter_out(row: DeadLetterRow) -> dict[str, Any]:
     return {
-        "execution_id": str(row["execution_id"]),
-        "job_id": str(row["job_id"]),
-        "name": row["name"],
-        "dead_at": row["dead_at"],
-        "attempts": row["attempts"],
-        "errors": redact_deep(_decoded(row["errors"], [])),
-        "dag_run_id": row["dag_run_id"],
-        "replayed_at": row["replayed_at"],
+        "execution_id": str(row.execution_id),
+        "job_id": str(row.job_id),
+        "name": row.name,
+        "dead_at": row.dead_at,
+        "attempts": row.attempts,
+        "errors": redact_deep(_decoded(row.errors, [])),
+        "dag_run_id": row.dag_run_id,
+        "replayed_at": row.replayed_at,
     }

@@ -8,12 +8,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request, Response
 
 from duetime.core.errors import Conflict, NotFound, ValidationError
-from duetime.core.jobspec import job_to_api
+from duetime.core.models import ControlKind
+from duetime.core.records import DagDefinition, JobDefinition
 from duetime.producers.sdk import dag_trigger_job_id
 
 from . import convert, store
 from .deps import Res, Resources, parse_id, read_json, validated
 from .pagination import decode_cursor, page_of
+from .rows import DagRow, DagRunRow, JobRow, NewJob
 from .schemas import (
     DAG_SCHEMA,
     DagCreatedOut,
@@ -63,27 +65,25 @@ async def create_dag(request: Request, response: Response, res: Res) -> dict[str
         overlap=overlap,
         dag_id=body.get("dag_id"),
     )
-    dag_id = definition["dag_id"]
+    dag_id = definition.dag_id
     async with res.pool.connection() as conn, conn.transaction():
         # as POST /v1/jobs: an id that exists with another definition is a 409, for each
         # member (a member's explicit job_id must not take over another job) and for the
         # DAG itself (a re-post must not silently replace it); the same body again is a no-op
         existed: list[bool] = []
-        trigger_row: dict[str, Any] | None = None
+        trigger_row: JobRow | None = None
         for i, job in enumerate(jobs):
             if await store.insert_new_job(conn, job) is not None:
                 existed.append(False)
                 continue
-            row = await store.get_job(conn, job["job_id"])
-            assert row is not None  # the failed insert locked it
-            if convert.job_spec(row) != _wanted(job):
+            row = await store.existing_job(conn, job.job_id)
+            if convert.job_spec(row) != convert.definition_spec(job):
                 raise _conflict(dag_id, jobs, i)
             existed.append(True)
             trigger_row = row if i == len(jobs) - 1 else trigger_row
         if not await store.insert_new_dag(conn, definition):
-            row = await store.get_dag(conn, dag_id)
-            assert row is not None
-            if store.dag_row_spec(row) != store.dag_spec(definition):
+            dag_row = await store.get_dag(conn, dag_id)
+            if dag_row is None or store.dag_row_spec(dag_row) != store.dag_spec(definition):
                 raise _conflict(dag_id, jobs, None)
             if all(existed):
                 response.status_code = 200
@@ -97,11 +97,7 @@ async def create_dag(request: Request, response: Response, res: Res) -> dict[str
     return _created(definition, jobs, None)
 
 
-def _wanted(job: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in job_to_api(job).items() if k != "job_id"}
-
-
-def _conflict(dag_id: str, jobs: list[dict[str, Any]], index: int | None) -> Conflict:
+def _conflict(dag_id: str, jobs: list[JobDefinition], index: int | None) -> Conflict:
     if index is None or index == len(jobs) - 1:  # the DAG's own row or its trigger job
         return Conflict(
             f"DAG {dag_id} exists with a different definition",
@@ -109,28 +105,30 @@ def _conflict(dag_id: str, jobs: list[dict[str, Any]], index: int | None) -> Con
         )
     job = jobs[index]
     return Conflict(
-        f"jobs[{index}] ({job['dag_key']!r}): job {job['job_id']} exists with a different "
-        "definition",
-        details={"field": f"jobs[{index}].job_id", "job_id": job["job_id"], "dag_id": dag_id},
+        f"jobs[{index}] ({job.dag_key!r}): job {job.job_id} exists with a different definition",
+        details={"field": f"jobs[{index}].job_id", "job_id": job.job_id, "dag_id": dag_id},
     )
 
 
 def _created(
-    definition: dict[str, Any], jobs: list[dict[str, Any]], trigger_row: dict[str, Any] | None
+    definition: DagDefinition, jobs: list[JobDefinition], trigger_row: JobRow | None
 ) -> dict[str, Any]:
-    trigger = trigger_row if trigger_row is not None else store.job_row(jobs[-1])
+    if trigger_row is not None:
+        next_run_at = trigger_row.next_run_at
+    else:
+        next_run_at = NewJob.from_row(store.job_row(jobs[-1])).next_run_at
     return {
-        "dag_id": definition["dag_id"],
-        "job_ids": {j["dag_key"]: j["job_id"] for j in jobs[:-1]},
-        "next_run_at": trigger["next_run_at"],
+        "dag_id": definition.dag_id,
+        "job_ids": {j.dag_key: j.job_id for j in jobs[:-1]},
+        "next_run_at": next_run_at,
     }
 
 
-def _publish_job(res: Resources, job: dict[str, Any]) -> Publish:
+def _publish_job(res: Resources, job: JobDefinition) -> Publish:
     return lambda done: res.client.publish_definition(job, wait=False, on_delivery=done)
 
 
-async def _dag(res: Resources, dag_id: str) -> dict[str, Any]:
+async def _dag(res: Resources, dag_id: str) -> DagRow:
     async with res.pool.connection() as conn:
         row = await store.get_dag(conn, dag_id)
     if row is None:
@@ -157,32 +155,29 @@ async def list_dags(
         rows = await store.list_dags(
             conn, name_contains=name_contains, after=after, limit=limit + 1
         )
-    return page_of(rows, limit, ("created_at", "dag_id"), _dag_summary)
+    return page_of(rows, limit, lambda r: (r.created_at, r.dag_id), _dag_summary)
 
 
-def _dag_summary(row: dict[str, Any]) -> dict[str, Any]:
-    run = row["last_run"]
-    if run is not None:
-        key_of_job = {n["job_id"]: n["key"] for n in row["nodes"]}
-        run = _run_out({**run, "_execution_statuses": {}}, key_of_job)
+def _dag_summary(row: DagRow) -> dict[str, Any]:
+    run = row.last_run
     return {
-        "dag_id": str(row["dag_id"]),
-        "name": row["name"],
-        "schedule": row["schedule"],
-        "overlap": row["overlap"],
-        "node_count": len(row["nodes"]),
-        "created_at": row["created_at"],
-        "last_run": run,
+        "dag_id": str(row.dag_id),
+        "name": row.name,
+        "schedule": row.schedule,
+        "overlap": row.overlap,
+        "node_count": len(row.nodes),
+        "created_at": row.created_at,
+        "last_run": None if run is None else _run_out(run, row.key_of_job()),
     }
 
 
-def _run_out(r: dict[str, Any], key_of_job: dict[str, str]) -> dict[str, Any]:
+def _run_out(r: DagRunRow, key_of_job: dict[str, str]) -> dict[str, Any]:
     return {
-        "dag_run_id": r["dag_run_id"],
-        "dag_id": str(r["dag_id"]),
-        "status": r["status"],
-        "started_at": r["started_at"],
-        "finished_at": r["finished_at"],
+        "dag_run_id": r.dag_run_id,
+        "dag_id": str(r.dag_id),
+        "status": r.status,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
         "node_statuses": store.node_statuses(r, key_of_job),
     }
 
@@ -192,15 +187,15 @@ async def get_dag(dag_id: str, res: Res) -> dict[str, Any]:
     dag_id = parse_id(dag_id, "dag")
     row = await _dag(res, dag_id)
     async with res.pool.connection() as conn:
-        statuses = await store.statuses(conn, [n["job_id"] for n in row["nodes"]])
+        statuses = await store.statuses(conn, [n.job_id for n in row.nodes])
     return {
-        "dag_id": str(row["dag_id"]),
-        "name": row["name"],
-        "schedule": row["schedule"],
-        "overlap": row["overlap"],
-        "nodes": [{**n, "status": statuses.get(n["job_id"])} for n in row["nodes"]],
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
+        "dag_id": str(row.dag_id),
+        "name": row.name,
+        "schedule": row.schedule,
+        "overlap": row.overlap,
+        "nodes": [{**n.to_avro(), "status": statuses.get(n.job_id)} for n in row.nodes],
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
     }
 
 
@@ -219,10 +214,12 @@ async def list_runs(
     dag_id = parse_id(dag_id, "dag")
     after = decode_cursor(cursor)
     dag = await _dag(res, dag_id)
-    key_of_job = {n["job_id"]: n["key"] for n in dag["nodes"]}
+    key_of_job = dag.key_of_job()
     async with res.pool.connection() as conn:
         runs = await store.list_dag_runs(conn, dag_id, after, limit + 1)
-    return page_of(runs, limit, ("started_at", "dag_run_id"), lambda r: _run_out(r, key_of_job))
+    return page_of(
+        runs, limit, lambda r: (r.started_at, r.dag_run_id), lambda r: _run_out(r, key_of_job)
+    )
 
 
 @router.post(
@@ -240,7 +237,7 @@ async def trigger_dag(dag_id: str, res: Res) -> dict[str, Any]:
     await res.writer.publish(
         lambda done: res.client.command(
             dag_trigger_job_id(dag_id),
-            "trigger",
+            ControlKind.TRIGGER,
             wait=False,
             dag_id=dag_id,
             dag_run_id=dag_run_id,

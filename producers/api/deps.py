@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
@@ -45,6 +46,10 @@ class Resources:
     """The readiness probe of Kafka in flight, shared by concurrent /readyz calls."""
     cron_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
     """Cron evaluations (next_runs) running at once in threads; the others wait their turn."""
+
+    def now(self) -> datetime:
+        """Wall-clock time from the SDK client's Clock (the one Clock of the process)."""
+        return datetime.fromtimestamp(self.client.clock.now_ms() / 1000, tz=UTC)
 
 
 def resources(request: Request) -> Resources:

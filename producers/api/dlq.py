@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
+from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
 from duetime.core.errors import IllegalTransition, NotFound, ValidationError
 from duetime.core.jobspec import parse_uuid
+from duetime.core.models import ControlKind, Status
 
 from . import convert, store
 from .deps import Res, Resources, parse_id, read_json
 from .pagination import decode_cursor, page_of
+from .rows import DeadLetterRow
 from .schemas import (
     DLQ_FILTER_SCHEMA,
     REPLAY_PROGRESS_SCHEMA,
@@ -23,13 +25,10 @@ from .schemas import (
     errors,
     request_body,
 )
+from .writer import Publish
 
 router = APIRouter()
 MAX_BULK = 10_000
-
-
-def _now() -> datetime:
-    return datetime.fromtimestamp(time.time_ns() // 1_000_000 / 1000, tz=UTC)
 
 
 @router.get(
@@ -63,47 +62,48 @@ async def list_dlq(
             after=after,
             limit=limit + 1,
         )
-    return page_of(rows, limit, ("dead_at", "execution_id"), convert.dead_letter_out)
+    return page_of(rows, limit, lambda r: (r.dead_at, r.execution_id), convert.dead_letter_out)
 
 
-async def _replay(res: Resources, rows: list[dict[str, Any]]) -> dict[str, Any]:
+async def _replay(res: Resources, rows: list[DeadLetterRow]) -> dict[str, Any]:
     """Replay each dead letter once: publish a replay command for those not replayed yet and
     mark them, all or nothing. A dead letter replayed before (by any API process, or the
     SDK) is answered as replayed again, as its first replay was, and nothing is published:
     replaying twice never runs the job twice."""
     async with res.pool.connection() as conn:
-        statuses = await store.statuses(conn, sorted({str(r["job_id"]) for r in rows}))
-    todo, skipped = [], []
+        statuses = await store.statuses(conn, sorted({str(r.job_id) for r in rows}))
+    todo: list[DeadLetterRow] = []
+    skipped: list[dict[str, str]] = []
     for r in rows:
-        status = statuses.get(str(r["job_id"]))
-        if status == "cancelled" and r["replayed_at"] is None:
-            skipped.append({"execution_id": str(r["execution_id"]), "reason": "job cancelled"})
+        status = statuses.get(str(r.job_id))
+        if status is Status.CANCELLED and r.replayed_at is None:
+            skipped.append({"execution_id": str(r.execution_id), "reason": "job cancelled"})
         else:
             todo.append(r)
     if todo:
-        marked_at = _now()  # before the commands' issued_at: the projector's value wins
+        marked_at = res.now()  # before the commands' issued_at: the projector's value wins
         async with res.pool.connection() as conn, conn.transaction():
             claimed = set(
-                await store.claim_replays(conn, [str(r["execution_id"]) for r in todo], marked_at)
+                await store.claim_replays(conn, [str(r.execution_id) for r in todo], marked_at)
             )
 
-            def publish(r: dict[str, Any]) -> Any:
+            def publish(r: DeadLetterRow) -> Publish:
                 return lambda done: res.client.command(
-                    str(r["job_id"]),
-                    "replay",
+                    str(r.job_id),
+                    ControlKind.REPLAY,
                     wait=False,
-                    execution_id=str(r["execution_id"]),
+                    execution_id=str(r.execution_id),
                     on_delivery=done,
                     requested_by="api",
                 )
 
-            fresh = [r for r in todo if str(r["execution_id"]) in claimed]
+            fresh = [r for r in todo if str(r.execution_id) in claimed]
             # the claim commits only once Kafka acknowledged every command (an error rolls
             # it back, so the dead letters can be replayed again)
             await res.writer.publish_many([publish(r) for r in fresh])
     return {
         "replayed": len(todo),
-        "execution_ids": [str(r["execution_id"]) for r in todo],
+        "execution_ids": [str(r.execution_id) for r in todo],
         "skipped": skipped,
     }
 
@@ -127,44 +127,68 @@ async def replay_one(execution_id: str, res: Res) -> dict[str, Any]:
     if out["skipped"]:
         raise IllegalTransition(
             f"cannot replay execution {execution_id}: its job is cancelled",
-            details={"execution_id": execution_id, "job_id": str(row["job_id"])},
+            details={"execution_id": execution_id, "job_id": str(row.job_id)},
         )
     return out
 
 
-def _filter(body: Any) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ReplayFilter:
+    """Which dead letters ``POST /dlq/replay`` replays (its JSON body, checked)."""
+
+    job_id: str | None = None
+    name: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    include_replayed: bool = False
+    limit: int = 1000
+
+
+_FILTER_FIELDS = frozenset(f.name for f in fields(ReplayFilter))
+
+
+def _filter(body: Any) -> ReplayFilter:
     if not isinstance(body, dict):
         raise ValidationError("the filter must be a JSON object", field="")
-    allowed = {"job_id", "name", "since", "until", "include_replayed", "limit"}
-    unknown = sorted(set(body) - allowed)
+    unknown = sorted(set(body) - _FILTER_FIELDS)
     if unknown:
         raise ValidationError(f"unknown filter field(s): {', '.join(unknown)}", field=unknown[0])
-    out: dict[str, Any] = {"include_replayed": False, "limit": 1000}
-    if body.get("job_id") is not None:
-        out["job_id"] = parse_uuid(body["job_id"], "job_id")
-    if body.get("name") is not None:
-        if not isinstance(body["name"], str):
-            raise ValidationError("name must be a string", field="name")
-        out["name"] = body["name"]
-    for key in ("since", "until"):
-        if body.get(key) is not None:
-            try:
-                value = datetime.fromisoformat(str(body[key]).replace("Z", "+00:00"))
-            except ValueError:
-                raise ValidationError(f"{key} must be an RFC 3339 timestamp", field=key) from None
-            if value.tzinfo is None:
-                raise ValidationError(f"{key} needs a time zone offset", field=key)
-            out[key] = value
-    if "include_replayed" in body:
-        if not isinstance(body["include_replayed"], bool):
-            raise ValidationError("include_replayed must be a boolean", field="include_replayed")
-        out["include_replayed"] = body["include_replayed"]
-    if "limit" in body:
-        limit = body["limit"]
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BULK:
-            raise ValidationError(f"limit must be an integer in [1, {MAX_BULK}]", field="limit")
-        out["limit"] = limit
-    return out
+    job_id = None if body.get("job_id") is None else parse_uuid(body.get("job_id"), "job_id")
+    name = body.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValidationError("name must be a string", field="name")
+    return ReplayFilter(
+        job_id=job_id,
+        name=name,
+        since=_timestamp(body.get("since"), "since"),
+        until=_timestamp(body.get("until"), "until"),
+        include_replayed=_include_replayed(body.get("include_replayed", False)),
+        limit=_bulk_limit(body.get("limit", 1000)),
+    )
+
+
+def _timestamp(raw: Any, key: str) -> datetime | None:
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(f"{key} must be an RFC 3339 timestamp", field=key) from None
+    if value.tzinfo is None:
+        raise ValidationError(f"{key} needs a time zone offset", field=key)
+    return value
+
+
+def _include_replayed(raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ValidationError("include_replayed must be a boolean", field="include_replayed")
+    return raw
+
+
+def _bulk_limit(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_BULK:
+        raise ValidationError(f"limit must be an integer in [1, {MAX_BULK}]", field="limit")
+    return raw
 
 
 @router.post(
@@ -180,12 +204,12 @@ async def replay_many(request: Request, res: Res) -> dict[str, Any]:
     async with res.pool.connection() as conn:
         rows = await store.list_dead_letters(
             conn,
-            job_id=flt.get("job_id"),
-            name=flt.get("name"),
-            since=flt.get("since"),
-            until=flt.get("until"),
-            include_replayed=flt["include_replayed"],
-            limit=flt["limit"],
+            job_id=flt.job_id,
+            name=flt.name,
+            since=flt.since,
+            until=flt.until,
+            include_replayed=flt.include_replayed,
+            limit=flt.limit,
         )
     return await _replay(res, rows)
 
@@ -193,7 +217,13 @@ async def replay_many(request: Request, res: Res) -> dict[str, Any]:
 # how far a replay execution's scheduled time (the scheduler's clock) may lie before the
 # replay's mark (the API's clock) and still count as that replay's
 CLOCK_SKEW_S = 5.0
-_FINISHED = {"success": "succeeded", "dead": "dead", "skipped": "other", "cancelled": "other"}
+_FINISHED: dict[str, str] = {
+    Status.SUCCESS: "succeeded",
+    Status.DEAD: "dead",
+    Status.SKIPPED: "other",
+    Status.CANCELLED: "other",
+}
+"""How a replay execution that ended counts (its status: a job status string)."""
 
 
 @router.post(
@@ -219,8 +249,9 @@ async def replay_progress(request: Request, res: Res) -> dict[str, Any]:
         replayed, rows = await store.replay_executions(conn, wanted, CLOCK_SKEW_S)
     counts = {"succeeded": 0, "dead": 0, "other": 0}
     for r in rows:
-        if r["status"] in _FINISHED:
-            counts[_FINISHED[r["status"]]] += 1
+        outcome = _FINISHED.get(r.status)
+        if outcome is not None:
+            counts[outcome] += 1
     finished = sum(counts.values())
     return {
         "requested": len(wanted),
@@ -229,11 +260,7 @@ async def replay_progress(request: Request, res: Res) -> dict[str, Any]:
         **counts,
         "in_progress": replayed - finished,
         "executions": [
-            {
-                "execution_id": str(r["execution_id"]),
-                "job_id": str(r["job_id"]),
-                "status": r["status"],
-            }
+            {"execution_id": str(r.execution_id), "job_id": str(r.job_id), "status": r.status}
             for r in rows
         ],
     }

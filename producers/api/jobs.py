@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
 from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
-from duetime.core.jobspec import job_to_api
+from duetime.core.models import Status as StatusValue
 from duetime.core.schedule import OneTime, next_fire, parse_schedule
 
 from . import convert, store
 from .deps import Res, Resources, parse_id, read_json, validated
 from .pagination import decode_cursor, page_of
+from .rows import JobRow
 from .schemas import (
     JOB_SCHEMA,
     CommandOut,
@@ -58,24 +59,22 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
     async with res.pool.connection() as conn, conn.transaction():
         new = await store.insert_new_job(conn, definition)
         if new is None:
-            row = await store.get_job(conn, definition["job_id"])
-            assert row is not None
-            wanted = {k: v for k, v in job_to_api(definition).items() if k != "job_id"}
-            if convert.job_spec(row) != wanted:
+            row = await store.existing_job(conn, definition.job_id)
+            if convert.job_spec(row) != convert.definition_spec(definition):
                 raise Conflict(
-                    f"job {definition['job_id']} exists with a different definition",
-                    details={"job_id": definition["job_id"]},
+                    f"job {definition.job_id} exists with a different definition",
+                    details={"job_id": definition.job_id},
                 )
             response.status_code = 200
-            return {
-                "job_id": definition["job_id"],
-                "status": row["status"],
-                "next_run_at": row["next_run_at"],
-            }
+            return _created(definition.job_id, row.status, row.next_run_at)
         await res.writer.publish(
             lambda done: res.client.publish_definition(definition, wait=False, on_delivery=done)
         )
-    return {"job_id": new["job_id"], "status": new["status"], "next_run_at": new["next_run_at"]}
+    return _created(definition.job_id, new.status, new.next_run_at)
+
+
+def _created(job_id: str, status: StatusValue, next_run_at: datetime | None) -> dict[str, Any]:
+    return {"job_id": job_id, "status": status.value, "next_run_at": next_run_at}
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=errors(401, 404), summary="one job")
@@ -116,18 +115,15 @@ async def list_jobs(
             limit=limit + 1,
             name_contains=name_contains,
         )
-    return page_of(rows, limit, ("created_at", "job_id"), convert.job_out)
+    return page_of(rows, limit, lambda r: (r.created_at, r.job_id), convert.job_out)
 
 
 # which projected statuses a command cannot change (409): the scheduler would ignore it
-_REFUSED: dict[str, frozenset[str]] = {
-    "cancel": frozenset({"cancelled"}),
-    "pause": frozenset({"paused", "cancelled"}),
-    "resume": frozenset(
-        {"pending", "queued", "running", "success", "failed", "dead", "blocked", "skipped"}
-        | {"cancelled"}
-    ),
-    "trigger": frozenset({"cancelled"}),
+_REFUSED: dict[str, frozenset[StatusValue]] = {
+    "cancel": frozenset({StatusValue.CANCELLED}),
+    "pause": frozenset({StatusValue.PAUSED, StatusValue.CANCELLED}),
+    "resume": frozenset(StatusValue) - {StatusValue.PAUSED},
+    "trigger": frozenset({StatusValue.CANCELLED}),
 }
 
 
@@ -140,17 +136,17 @@ async def _command(job_id: str, kind: str, res: Resources) -> dict[str, Any]:
     # a job its scheduler has not read yet is fine: the scheduler holds a command that
     # overtakes its job's definition and applies it when the definition arrives
     status, _ = known
-    if status in _REFUSED[kind]:
+    if status in _REFUSED.get(kind, ()):
         raise IllegalTransition(
-            f"cannot {kind} job {job_id}: its status is {status!r}",
-            details={"job_id": job_id, "status": status, "command": kind},
+            f"cannot {kind} job {job_id}: its status is {status.value!r}",
+            details={"job_id": job_id, "status": status.value, "command": kind},
         )
     command_id = await res.writer.publish(
         lambda done: res.client.command(
             job_id, kind, wait=False, on_delivery=done, requested_by="api"
         )
     )
-    return {"job_id": job_id, "command": kind, "command_id": command_id, "status": status}
+    return {"job_id": job_id, "command": kind, "command_id": command_id, "status": status.value}
 
 
 _COMMANDS: dict[str, str] = {
@@ -202,19 +198,19 @@ async def next_runs(
     # cron math is CPU work (hundreds of ms for a sparse expression): in a thread, a few at
     # a time, so the event loop keeps answering everyone else meanwhile
     async with res.cron_slots:
-        runs = await asyncio.to_thread(validated, _next_runs, row, count, datetime.now(UTC))
+        runs = await asyncio.to_thread(validated, _next_runs, row, count, res.now())
     return {"job_id": job_id, "next_runs": runs}
 
 
-def _next_runs(row: dict[str, Any], count: int, now: datetime) -> list[datetime]:
+def _next_runs(row: JobRow, count: int, now: datetime) -> list[datetime]:
     """From the scheduler's next wake-up, then the schedule's own math; a paused cron job
     shows what resuming now would give (its misfire policy aside)."""
-    if row["schedule"] is None or row["status"] == "cancelled":
+    if row.schedule is None or row.status is StatusValue.CANCELLED:
         return []
-    schedule = parse_schedule(row["schedule"])
-    first = row["next_run_at"]
+    schedule = parse_schedule(row.schedule)
+    first = row.next_run_at
     if first is None:
-        if row["status"] != "paused" or isinstance(schedule, OneTime):
+        if row.status is not StatusValue.PAUSED or isinstance(schedule, OneTime):
             return []
         first = next_fire(schedule, now)
     runs: list[datetime] = []
@@ -242,7 +238,7 @@ async def list_executions(
         if await store.job_status(conn, job_id) is None:
             raise NotFound(f"no job {job_id}", details={"job_id": job_id})
         rows = await store.list_executions(conn, job_id, after, limit + 1)
-    return page_of(rows, limit, ("scheduled_at", "execution_id"), convert.execution_out)
+    return page_of(rows, limit, lambda r: (r.scheduled_at, r.execution_id), convert.execution_out)
 
 
 @router.get(

@@ -9,11 +9,13 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from duetime.core.errors import DuetimeError
+
+R = TypeVar("R")
 
 
 class BadRequest(DuetimeError):
@@ -22,8 +24,10 @@ class BadRequest(DuetimeError):
     code = "bad_request"
 
 
-def encode_cursor(ts: datetime, key: str) -> str:
-    raw = json.dumps([ts.isoformat(), str(key)], separators=(",", ":")).encode()
+def encode_cursor(ts: datetime | str, key: str) -> str:
+    """``ts``: a datetime, or one already in ISO form (a row turned into JSON)."""
+    iso = ts.isoformat() if isinstance(ts, datetime) else ts
+    raw = json.dumps([iso, str(key)], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -41,15 +45,17 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, str] | None:
 
 
 def page_of(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[R],
     limit: int,
-    sort_keys: tuple[str, str],
-    item: Callable[[Any], Any],
+    keyset: Callable[[R], tuple[datetime | str, Any]],
+    item: Callable[[R], Any],
 ) -> dict[str, Any]:
     """A list route's answer from rows fetched with ``limit + 1`` (one more tells whether a
-    next page exists); ``sort_keys`` names the rows' keyset columns (timestamp, id)."""
+    next page exists); ``keyset`` gives a row's keyset columns (timestamp, id)."""
     more = len(rows) > limit
     rows = rows[:limit]
-    ts, key = sort_keys
-    cursor = encode_cursor(rows[-1][ts], str(rows[-1][key])) if more and rows else None
+    cursor = None
+    if more and rows:
+        ts, key = keyset(rows[-1])
+        cursor = encode_cursor(ts, str(key))
     return {"items": [item(r) for r in rows], "next_cursor": cursor}

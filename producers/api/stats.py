@@ -14,7 +14,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+
+# confluent-kafka defines OffsetSpec in a private module and re-exports it from .admin without
+# marking the re-export (no __all__ entry, no "as"), and leaves its constructors unannotated
+# (errors under --strict only, hence unused-ignore for the plain configuration)
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined, unused-ignore]
 from fastapi import APIRouter, Query
 
 from duetime.core.models import PRIORITY_ORDER
@@ -55,7 +59,7 @@ async def overview(res: Res) -> dict[str, Any]:
         "jobs_by_status": by_status,
         "dlq_depth": depth,
         "dlq_total": total,
-        "at": datetime.now(UTC),
+        "at": res.now(),
     }
 
 
@@ -76,7 +80,7 @@ async def executions(
             f"window_s / bucket_s gives {count} buckets, more than {MAX_BUCKETS}",
             details={"field": "bucket_s"},
         )
-    now = datetime.now(UTC)
+    now = res.now()
     last = math.floor(now.timestamp() / bucket_s) * bucket_s
     first = last - (count - 1) * bucket_s
     since = datetime.fromtimestamp(first, UTC)
@@ -141,7 +145,7 @@ async def lag(
         raise Unavailable(f"Kafka did not answer: {exc}"[:300]) from None
     return {
         "group": name,
-        "at": datetime.now(UTC),
+        "at": res.now(),
         "priorities": [
             {"priority": p.value, "topic": topics.execution(p), **per_topic[topics.execution(p)]}
             for p in PRIORITY_ORDER
@@ -161,8 +165,8 @@ def _lag(res: Any, topics: Topics, group: str) -> dict[str, dict[str, int]]:
         if t in md.topics and md.topics[t].error is None
         for p in md.topics[t].partitions
     ]
-    ends = _offsets(admin, tps, OffsetSpec.latest())
-    starts = _offsets(admin, tps, OffsetSpec.earliest())
+    ends = _offsets(admin, tps, _offset_spec(latest=True))
+    starts = _offsets(admin, tps, _offset_spec(latest=False))
     future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
     committed = {
         (tp.topic, tp.partition): tp.offset
@@ -177,6 +181,12 @@ def _lag(res: Any, topics: Topics, group: str) -> dict[str, dict[str, int]]:
         row["committed_offset"] += max(done, 0)
         row["lag"] += max(0, end - (done if done >= 0 else starts[key]))
     return out
+
+
+def _offset_spec(*, latest: bool) -> OffsetSpec:
+    # the library ships these two constructors unannotated
+    spec: OffsetSpec = OffsetSpec.latest() if latest else OffsetSpec.earliest()  # type: ignore[no-untyped-call, unused-ignore]
+    return spec
 
 
 def _offsets(admin: Any, tps: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:

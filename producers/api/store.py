@@ -14,19 +14,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
+from duetime.core.errors import Conflict
 from duetime.core.jobspec import schedule_to_api
+from duetime.core.models import Status
 from duetime.core.projection import JOB_COLUMNS, job_row
+from duetime.core.records import DagDefinition, DagNode, JobDefinition
+from duetime.core.states import TERMINAL
 
 from .jsondepth import exceeds_depth
+from .rows import DagRow, DagRunRow, DeadLetterRow, ExecutionRow, JobRow, NewJob, ReplayRow
+
+__all__ = [
+    "MAX_DECODED_DEPTH",
+    "TOO_DEEP",
+    "TooDeep",
+    "configure",
+    "job_row",
+    "json_loads",
+]
+"""``job_row`` is re-exported: the API's read-your-writes row of a job is the projector's."""
 
 Row = dict[str, Any]
+R = TypeVar("R", JobRow, ExecutionRow, DeadLetterRow, DagRow, DagRunRow)
 
 
 class TooDeep:
@@ -57,14 +74,24 @@ async def configure(conn: AsyncConnection[Any]) -> None:
     set_json_loads(json_loads, conn)
 
 
-_TERMINAL = frozenset({"success", "dead", "skipped", "cancelled"})
-
-
 def _dt(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> Row | None:
+async def _one(conn: AsyncConnection[Any], cls: type[R], query: str, args: Any) -> R | None:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, args)
+        row = await cur.fetchone()
+    return None if row is None else cls.from_row(row)
+
+
+async def _all(conn: AsyncConnection[Any], cls: type[R], query: str, args: Any) -> list[R]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(query, args)
+        return [cls.from_row(row) for row in await cur.fetchall()]
+
+
+async def insert_new_job(conn: AsyncConnection[Any], definition: JobDefinition) -> NewJob | None:
     """Insert a new job's row and return it; None when the job_id exists (the row is then
     locked until the caller's transaction ends, so two creates of one id are serialised)."""
     row = job_row(definition)
@@ -74,58 +101,52 @@ async def insert_new_job(conn: AsyncConnection[Any], definition: Mapping[str, An
         "ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
         [row[c] for c in JOB_COLUMNS],
     )
-    return row if await cur.fetchone() is not None else None
+    return NewJob.from_row(row) if await cur.fetchone() is not None else None
 
 
-async def insert_new_dag(conn: AsyncConnection[Any], definition: Mapping[str, Any]) -> bool:
+async def insert_new_dag(conn: AsyncConnection[Any], definition: DagDefinition) -> bool:
     """Insert a new DAG's row; False when the dag_id exists (the row is then locked until the
     caller's transaction ends, as in ``insert_new_job``)."""
-    schedule = schedule_to_api(definition.get("schedule"))
-    nodes = [
-        {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
-        for n in definition["nodes"]
-    ]
+    schedule = schedule_to_api(definition.schedule)
     cur = await conn.execute(
         "INSERT INTO dags (dag_id, name, schedule, overlap, nodes, revision, created_at, "
         "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (dag_id) DO NOTHING "
         "RETURNING dag_id",
         (
-            definition["dag_id"],
-            definition["name"],
+            definition.dag_id,
+            definition.name,
             None if schedule is None else json.dumps(schedule),
-            definition["overlap"],
-            json.dumps(nodes),
-            definition["revision"],
-            _dt(definition["created_at_ms"]),
-            _dt(definition["created_at_ms"]),
+            definition.overlap.value,
+            json.dumps(_nodes(definition.nodes)),
+            definition.revision,
+            _dt(definition.created_at_ms),
+            _dt(definition.created_at_ms),
         ),
     )
     return await cur.fetchone() is not None
 
 
-def dag_spec(definition: Mapping[str, Any]) -> dict[str, Any]:
+def _nodes(nodes: Sequence[DagNode]) -> list[dict[str, Any]]:
+    return [n.to_avro() for n in nodes]
+
+
+def dag_spec(definition: DagDefinition) -> dict[str, Any]:
     """What makes a DAG, from its definition record: compared with a stored row's
     (``dag_row_spec``) to tell an idempotent re-post from a conflicting one."""
     return {
-        "name": definition["name"],
-        "schedule": schedule_to_api(definition.get("schedule")),
-        "overlap": definition["overlap"],
-        "nodes": [
-            {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
-            for n in definition["nodes"]
-        ],
+        "name": definition.name,
+        "schedule": schedule_to_api(definition.schedule),
+        "overlap": definition.overlap.value,
+        "nodes": _nodes(definition.nodes),
     }
 
 
-def dag_row_spec(row: Mapping[str, Any]) -> dict[str, Any]:
+def dag_row_spec(row: DagRow) -> dict[str, Any]:
     return {
-        "name": row["name"],
-        "schedule": row["schedule"],
-        "overlap": row["overlap"],
-        "nodes": [
-            {"key": n["key"], "job_id": n["job_id"], "depends_on": list(n["depends_on"])}
-            for n in row["nodes"] or []
-        ],
+        "name": row.name,
+        "schedule": row.schedule,
+        "overlap": row.overlap,
+        "nodes": _nodes(row.nodes),
     }
 
 
@@ -139,27 +160,41 @@ LEFT JOIN LATERAL (
 """
 
 
-async def get_job(conn: AsyncConnection[Any], job_id: str) -> Row | None:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            f"SELECT j.*, e.* FROM jobs j {_LAST_EXECUTION} WHERE j.job_id = %s", (job_id,)
+async def get_job(conn: AsyncConnection[Any], job_id: str) -> JobRow | None:
+    return await _one(
+        conn,
+        JobRow,
+        f"SELECT j.*, e.* FROM jobs j {_LAST_EXECUTION} WHERE j.job_id = %s",
+        (job_id,),
+    )
+
+
+async def existing_job(conn: AsyncConnection[Any], job_id: str) -> JobRow:
+    """The row of a job whose insert just found it there (``insert_new_job`` gave None)."""
+    row = await get_job(conn, job_id)
+    if row is None:  # its creator's transaction rolled back meanwhile: the client retries
+        raise Conflict(
+            f"job {job_id} is being created by another request: retry",
+            details={"job_id": job_id},
         )
-        return await cur.fetchone()
+    return row
 
 
-async def job_status(conn: AsyncConnection[Any], job_id: str) -> str | None:
+async def job_status(conn: AsyncConnection[Any], job_id: str) -> Status | None:
     cur = await conn.execute("SELECT status FROM jobs WHERE job_id = %s", (job_id,))
     row = await cur.fetchone()
-    return None if row is None else str(row[0])
+    return None if row is None else Status(row[0])
 
 
-async def job_status_and_owner(conn: AsyncConnection[Any], job_id: str) -> tuple[str, bool] | None:
+async def job_status_and_owner(
+    conn: AsyncConnection[Any], job_id: str
+) -> tuple[Status, bool] | None:
     """(status, whether a scheduler state of the job has been projected)."""
     cur = await conn.execute(
         "SELECT status, state_offset >= 0 FROM jobs WHERE job_id = %s", (job_id,)
     )
     row = await cur.fetchone()
-    return None if row is None else (str(row[0]), bool(row[1]))
+    return None if row is None else (Status(row[0]), bool(row[1]))
 
 
 async def list_jobs(
@@ -171,7 +206,7 @@ async def list_jobs(
     after: tuple[datetime, str] | None,
     limit: int,
     name_contains: str | None = None,
-) -> list[Row]:
+) -> list[JobRow]:
     where: list[str] = []
     args: list[Any] = []
     for col, value in (("status", status), ("priority", priority), ("name", name)):
@@ -185,40 +220,40 @@ async def list_jobs(
         where.append("(j.created_at, j.job_id) < (%s, %s)")
         args += [after[0], after[1]]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            f"SELECT j.*, e.* FROM (SELECT * FROM jobs j {clause} "
-            "ORDER BY j.created_at DESC, j.job_id DESC LIMIT %s) j "
-            f"{_LAST_EXECUTION} ORDER BY j.created_at DESC, j.job_id DESC",
-            [*args, limit],
-        )
-        return await cur.fetchall()
+    return await _all(
+        conn,
+        JobRow,
+        f"SELECT j.*, e.* FROM (SELECT * FROM jobs j {clause} "
+        "ORDER BY j.created_at DESC, j.job_id DESC LIMIT %s) j "
+        f"{_LAST_EXECUTION} ORDER BY j.created_at DESC, j.job_id DESC",
+        [*args, limit],
+    )
 
 
 async def list_executions(
     conn: AsyncConnection[Any], job_id: str, after: tuple[datetime, str] | None, limit: int
-) -> list[Row]:
+) -> list[ExecutionRow]:
     where: list[str] = ["job_id = %s"]
     args: list[Any] = [job_id]
     if after is not None:
         where.append("(scheduled_at, execution_id) < (%s, %s)")
         args += [after[0], after[1]]
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            f"SELECT * FROM executions WHERE {' AND '.join(where)} "
-            "ORDER BY scheduled_at DESC, execution_id DESC LIMIT %s",
-            [*args, limit],
-        )
-        return await cur.fetchall()
+    return await _all(
+        conn,
+        ExecutionRow,
+        f"SELECT * FROM executions WHERE {' AND '.join(where)} "
+        "ORDER BY scheduled_at DESC, execution_id DESC LIMIT %s",
+        [*args, limit],
+    )
 
 
-async def get_execution(conn: AsyncConnection[Any], execution_id: str) -> Row | None:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            "SELECT * FROM executions WHERE execution_id = %s ORDER BY scheduled_at LIMIT 1",
-            (execution_id,),
-        )
-        return await cur.fetchone()
+async def get_execution(conn: AsyncConnection[Any], execution_id: str) -> ExecutionRow | None:
+    return await _one(
+        conn,
+        ExecutionRow,
+        "SELECT * FROM executions WHERE execution_id = %s ORDER BY scheduled_at LIMIT 1",
+        (execution_id,),
+    )
 
 
 # --- dead letters ----------------------------------------------------------------------------
@@ -234,7 +269,7 @@ async def list_dead_letters(
     include_replayed: bool = True,
     after: tuple[datetime, str] | None = None,
     limit: int = 100,
-) -> list[Row]:
+) -> list[DeadLetterRow]:
     where: list[str] = []
     args: list[Any] = []
     for cond, value in (
@@ -252,30 +287,29 @@ async def list_dead_letters(
         where.append("(dead_at, execution_id) < (%s, %s)")
         args += [after[0], after[1]]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            f"SELECT * FROM dead_letters {clause} "
-            "ORDER BY dead_at DESC, execution_id DESC LIMIT %s",
-            [*args, limit],
-        )
-        return await cur.fetchall()
+    return await _all(
+        conn,
+        DeadLetterRow,
+        f"SELECT * FROM dead_letters {clause} ORDER BY dead_at DESC, execution_id DESC LIMIT %s",
+        [*args, limit],
+    )
 
 
-async def get_dead_letter(conn: AsyncConnection[Any], execution_id: str) -> Row | None:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM dead_letters WHERE execution_id = %s", (execution_id,))
-        return await cur.fetchone()
+async def get_dead_letter(conn: AsyncConnection[Any], execution_id: str) -> DeadLetterRow | None:
+    return await _one(
+        conn, DeadLetterRow, "SELECT * FROM dead_letters WHERE execution_id = %s", (execution_id,)
+    )
 
 
 async def replay_executions(
     conn: AsyncConnection[Any], execution_ids: Sequence[str], skew_s: float
-) -> tuple[int, list[Row]]:
+) -> tuple[int, list[ReplayRow]]:
     """(how many of these dead letters are marked replayed, the executions their replays
     started). A replay runs as a new execution of the same job (trigger ``replay``), with
     no link back to the dead one: per job, the first k replay executions scheduled at or
     after the replays' mark (less ``skew_s`` of clock skew between the API and the
     scheduler) answer its k replayed dead letters."""
-    async with conn.cursor(row_factory=dict_row) as cur:
+    async with conn.cursor() as cur:
         await cur.execute(
             "WITH d AS (SELECT job_id, count(*) AS n, min(replayed_at) AS since "
             "FROM dead_letters WHERE execution_id = ANY(%s::uuid[]) AND replayed_at IS NOT NULL "
@@ -284,27 +318,28 @@ async def replay_executions(
             "ORDER BY e.scheduled_at, e.execution_id) AS k FROM d JOIN executions e "
             "ON e.job_id = d.job_id AND e.trigger = 'replay' "
             "AND e.scheduled_at >= d.since - make_interval(secs => %s)) "
-            "SELECT (SELECT coalesce(sum(n), 0) FROM d)::int AS replayed, r.* FROM r "
-            "WHERE k <= n ORDER BY scheduled_at",
+            "SELECT (SELECT coalesce(sum(n), 0) FROM d)::int, "
+            "r.execution_id, r.job_id, r.status FROM r WHERE k <= n ORDER BY scheduled_at",
             (list(execution_ids), skew_s),
         )
         rows = await cur.fetchall()
         if rows:
-            return int(rows[0]["replayed"]), rows
+            started = [ReplayRow(execution_id=e, job_id=j, status=s) for _, e, j, s in rows]
+            return int(rows[0][0]), started
         await cur.execute(
-            "SELECT count(*) AS n FROM dead_letters "
+            "SELECT count(*) FROM dead_letters "
             "WHERE execution_id = ANY(%s::uuid[]) AND replayed_at IS NOT NULL",
             (list(execution_ids),),
         )
         row = await cur.fetchone()
-        return (0 if row is None else int(row["n"])), []
+        return (0 if row is None else int(row[0])), []
 
 
-async def statuses(conn: AsyncConnection[Any], job_ids: Sequence[str]) -> dict[str, str]:
+async def statuses(conn: AsyncConnection[Any], job_ids: Sequence[str]) -> dict[str, Status]:
     cur = await conn.execute(
         "SELECT job_id::text, status FROM jobs WHERE job_id = ANY(%s::uuid[])", (list(job_ids),)
     )
-    return {job_id: status for job_id, status in await cur.fetchall()}
+    return {job_id: Status(status) for job_id, status in await cur.fetchall()}
 
 
 async def claim_replays(
@@ -334,10 +369,8 @@ async def claim_replays(
 # --- DAGs ------------------------------------------------------------------------------------
 
 
-async def get_dag(conn: AsyncConnection[Any], dag_id: str) -> Row | None:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute("SELECT * FROM dags WHERE dag_id = %s", (dag_id,))
-        return await cur.fetchone()
+async def get_dag(conn: AsyncConnection[Any], dag_id: str) -> DagRow | None:
+    return await _one(conn, DagRow, "SELECT * FROM dags WHERE dag_id = %s", (dag_id,))
 
 
 async def list_dags(
@@ -346,7 +379,7 @@ async def list_dags(
     name_contains: str | None,
     after: tuple[datetime, str] | None,
     limit: int,
-) -> list[Row]:
+) -> list[DagRow]:
     """DAGs newest first, each with its latest run (``last_run``, a row as JSON, or None)."""
     where: list[str] = []
     args: list[Any] = []
@@ -357,16 +390,16 @@ async def list_dags(
         where.append("(d.created_at, d.dag_id) < (%s, %s)")
         args += [after[0], after[1]]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            f"SELECT d.*, r.last_run FROM (SELECT * FROM dags d {clause} "
-            "ORDER BY d.created_at DESC, d.dag_id DESC LIMIT %s) d "
-            "LEFT JOIN LATERAL (SELECT to_jsonb(x) AS last_run FROM dag_runs x "
-            "WHERE x.dag_id = d.dag_id ORDER BY x.started_at DESC, x.dag_run_id DESC LIMIT 1"
-            ") r ON true ORDER BY d.created_at DESC, d.dag_id DESC",
-            [*args, limit],
-        )
-        return await cur.fetchall()
+    return await _all(
+        conn,
+        DagRow,
+        f"SELECT d.*, r.last_run FROM (SELECT * FROM dags d {clause} "
+        "ORDER BY d.created_at DESC, d.dag_id DESC LIMIT %s) d "
+        "LEFT JOIN LATERAL (SELECT to_jsonb(x) AS last_run FROM dag_runs x "
+        "WHERE x.dag_id = d.dag_id ORDER BY x.started_at DESC, x.dag_run_id DESC LIMIT 1"
+        ") r ON true ORDER BY d.created_at DESC, d.dag_id DESC",
+        [*args, limit],
+    )
 
 
 def _like_escape(text: str) -> str:
@@ -376,40 +409,38 @@ def _like_escape(text: str) -> str:
 
 async def list_dag_runs(
     conn: AsyncConnection[Any], dag_id: str, after: tuple[datetime, str] | None, limit: int
-) -> list[Row]:
+) -> list[DagRunRow]:
     where: list[str] = ["dag_id = %s"]
     args: list[Any] = [dag_id]
     if after is not None:
         where.append("(started_at, dag_run_id) < (%s, %s)")
         args += [after[0], after[1]]
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            f"SELECT * FROM dag_runs WHERE {' AND '.join(where)} "
-            "ORDER BY started_at DESC, dag_run_id DESC LIMIT %s",
-            [*args, limit],
-        )
-        runs = await cur.fetchall()
-        if not runs:
-            return runs
-        # per-job status of each run from its executions (fresher than the resolver's events
-        # while a node runs; the resolver's terminal statuses, e.g. skipped, win)
-        await cur.execute(
-            "SELECT dag_run_id, job_id::text AS job_id, status FROM executions "
-            "WHERE dag_run_id = ANY(%s) ORDER BY scheduled_at",
-            ([r["dag_run_id"] for r in runs],),
-        )
-        by_run: dict[str, dict[str, str]] = {}
-        for e in await cur.fetchall():
-            by_run.setdefault(e["dag_run_id"], {})[e["job_id"]] = e["status"]
-    for run in runs:
-        run["_execution_statuses"] = by_run.get(run["dag_run_id"], {})
-    return runs
+    runs = await _all(
+        conn,
+        DagRunRow,
+        f"SELECT * FROM dag_runs WHERE {' AND '.join(where)} "
+        "ORDER BY started_at DESC, dag_run_id DESC LIMIT %s",
+        [*args, limit],
+    )
+    if not runs:
+        return runs
+    # per-job status of each run from its executions (fresher than the resolver's events
+    # while a node runs; the resolver's terminal statuses, e.g. skipped, win)
+    cur = await conn.execute(
+        "SELECT dag_run_id, job_id::text, status FROM executions "
+        "WHERE dag_run_id = ANY(%s) ORDER BY scheduled_at",
+        ([r.dag_run_id for r in runs],),
+    )
+    by_run: dict[str, dict[str, str]] = {}
+    for dag_run_id, job_id, status in await cur.fetchall():
+        by_run.setdefault(dag_run_id, {})[job_id] = status
+    return [replace(r, execution_statuses=by_run.get(r.dag_run_id, {})) for r in runs]
 
 
-def node_statuses(run: Row, key_of_job: Mapping[str, str]) -> dict[str, str]:
-    merged = dict(run["node_statuses"] or {})
-    for job_id, status in run.get("_execution_statuses", {}).items():
+def node_statuses(run: DagRunRow, key_of_job: Mapping[str, str]) -> dict[str, str]:
+    merged = dict(run.node_statuses or {})
+    for job_id, status in run.execution_statuses.items():
         key = key_of_job.get(job_id)
-        if key is not None and merged.get(key) not in _TERMINAL:
+        if key is not None and merged.get(key) not in TERMINAL:
             merged[key] = status
     return merged

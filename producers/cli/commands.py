@@ -11,10 +11,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from duetime.core.clock import SYSTEM_CLOCK
 from duetime.core.config import Env
 
 from . import render
@@ -127,47 +129,71 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
-    body: dict[str, Any] = {}
-    if args.body:
-        loaded = _load_json(args.body, "--body")
-        if not isinstance(loaded, dict):
-            raise SystemExit("duetime: --body must be a JSON object")
-        body.update(loaded)
-    if args.name:
-        body["name"] = args.name
+    """The job body: ``--body`` first, each flag given overriding its field."""
+    body = _base_body(args.body)
+    flags: dict[str, Any] = {
+        "name": args.name or None,
+        "schedule": _schedule_flag(args),
+        "target": _target_flag(args),
+        "payload": None if args.payload is None else _load_json(args.payload, "--payload"),
+        "retry": _retry_flag(args, body.get("retry")),
+        "labels": _labels_flag(args.label, body.get("labels")),
+        **{key: getattr(args, key) for key in ("priority", "timeout_s", "misfire", "overlap")},
+        "job_id": args.job_id,
+    }
+    # a JSON null payload given with --payload is a value, not an absent flag
+    given = {k: v for k, v in flags.items() if v is not None or (k == "payload" and args.payload)}
+    return {**body, **given}
+
+
+def _base_body(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    loaded = _load_json(raw, "--body")
+    if not isinstance(loaded, dict):
+        raise SystemExit("duetime: --body must be a JSON object")
+    return loaded
+
+
+def _schedule_flag(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.cron:
-        body["schedule"] = {"cron": args.cron, "timezone": args.timezone or "UTC"}
-    elif args.at:
-        body["schedule"] = {"at": args.at}
+        return {"cron": args.cron, "timezone": args.timezone or "UTC"}
+    return {"at": args.at} if args.at else None
+
+
+def _target_flag(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.target_url:
-        body["target"] = {"type": "http", "url": args.target_url}
-        if args.method:
-            body["target"]["method"] = args.method
-    elif args.target_python:
-        body["target"] = {"type": "python", "ref": args.target_python}
-    elif args.target_kafka:
-        body["target"] = {"type": "kafka", "topic": args.target_kafka}
-    if args.payload is not None:
-        body["payload"] = _load_json(args.payload, "--payload")
-    retry = dict(body.get("retry") or {})
-    if args.max_retries is not None:
-        retry["max_retries"] = args.max_retries
-    if args.base_delay_s is not None:
-        retry["base_delay_s"] = args.base_delay_s
-    if retry:
-        body["retry"] = retry
-    for key in ("priority", "timeout_s", "misfire", "overlap", "job_id"):
-        if getattr(args, key) is not None:
-            body[key] = getattr(args, key)
-    if args.label:
-        labels = dict(body.get("labels") or {})
-        for item in args.label:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise SystemExit(f"duetime: --label {item!r} is not KEY=VALUE")
-            labels[key] = value
-        body["labels"] = labels
-    return body
+        method = {"method": args.method} if args.method else {}
+        return {"type": "http", "url": args.target_url, **method}
+    if args.target_python:
+        return {"type": "python", "ref": args.target_python}
+    if args.target_kafka:
+        return {"type": "kafka", "topic": args.target_kafka}
+    return None
+
+
+def _retry_flag(args: argparse.Namespace, base: Any) -> dict[str, Any] | None:
+    """``--body``'s retry with ``--max-retries``/``--base-delay-s`` over it; None when no
+    retry was given at all (the API's default applies)."""
+    flags = {
+        k: v
+        for k, v in (("max_retries", args.max_retries), ("base_delay_s", args.base_delay_s))
+        if v is not None
+    }
+    retry = {**dict(base or {}), **flags}
+    return retry or None
+
+
+def _labels_flag(items: list[str], base: Any) -> dict[str, str] | None:
+    if not items:
+        return None
+    labels = dict(base or {})
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"duetime: --label {item!r} is not KEY=VALUE")
+        labels[key] = value
+    return labels
 
 
 def run_jobs(args: argparse.Namespace) -> int:
@@ -197,7 +223,8 @@ def run_jobs(args: argparse.Namespace) -> int:
             if args.json:
                 render.as_json(out)
             else:
-                print(f"{args.action} sent for job {out['job_id']} (status was {out['status']})")
+                job_id, status = out.get("job_id"), out.get("status")
+                print(f"{args.action} sent for job {job_id} (status was {status})")
         return 0
 
     return _run(args, action)
@@ -229,7 +256,7 @@ def run_executions(args: argparse.Namespace) -> int:
                 render.record(execution, skip=("attempts",))
                 print("\nattempts:")
                 render.table(
-                    execution["attempts"],
+                    execution.get("attempts") or [],
                     ("attempt", "status", "queued_at", "started_at", "finished_at", "worker_id"),
                 )
             return 0
@@ -269,7 +296,7 @@ def run_dags(args: argparse.Namespace) -> int:
             if not args.json:
                 render.record(out, skip=("nodes",))
                 print("\njobs:")
-                render.table(out["nodes"], ("key", "job_id", "depends_on", "status"))
+                render.table(out.get("nodes") or [], ("key", "job_id", "depends_on", "status"))
                 return 0
         elif args.action == "runs":
             runs = api.pages(f"/v1/dags/{args.dag_id}/runs", 50)
@@ -311,36 +338,73 @@ def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("--chunk", type=int, default=200, help="dead letters per request")
 
 
-def _replay_filter(args: argparse.Namespace, api: Api) -> dict[str, Any]:
-    base = {
-        k: v
-        for k, v in (
-            ("job_id", args.job_id),
-            ("name", args.name),
-            ("since", args.since),
-            ("until", args.until),
-        )
-        if v is not None
-    }
-    if "until" not in base:
-        # only what is dead now: a replay that dies again must not be chased round the loop
-        base["until"] = datetime.now(UTC).isoformat()
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """The API's answer to a replay (``ReplayOut``), or the sum of several."""
+
+    execution_ids: list[str] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    replayed: int = 0
+
+    @classmethod
+    def from_json(cls, out: dict[str, Any]) -> Replayed:
+        ids = list(out.get("execution_ids") or [])
+        return cls(ids, list(out.get("skipped") or []), int(out.get("replayed", len(ids))))
+
+    def __add__(self, other: Replayed) -> Replayed:
+        ids = self.execution_ids + other.execution_ids
+        return Replayed(ids, self.skipped + other.skipped, len(ids))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "replayed": self.replayed,
+            "execution_ids": self.execution_ids,
+            "skipped": self.skipped,
+        }
+
+
+def _iso_now() -> str:
+    return datetime.fromtimestamp(SYSTEM_CLOCK.now_ms() / 1000, tz=UTC).isoformat()
+
+
+def _replay_filter(args: argparse.Namespace, api: Api) -> Replayed:
+    # only what is dead now (--until defaults to now): a replay that dies again must not be
+    # chased round the loop
+    until = args.until if args.until is not None else _iso_now()
+    given = (("job_id", args.job_id), ("name", args.name), ("since", args.since))
+    base = {**{k: v for k, v in given if v is not None}, "until": until}
     total = args.limit
     progress = render.Progress("replayed", total)
-    replayed: list[str] = []
-    skipped: list[dict[str, Any]] = []
-    while total is None or len(replayed) < total:
-        chunk = args.chunk if total is None else min(args.chunk, total - len(replayed))
+    done = Replayed()
+    while total is None or done.replayed < total:
+        chunk = args.chunk if total is None else min(args.chunk, total - done.replayed)
         body = {**base, "limit": chunk, "include_replayed": args.include_replayed}
-        out = api.post("/v1/dlq/replay", body)
-        replayed += out["execution_ids"]
-        skipped += out["skipped"]
-        progress.advance(out["replayed"])
+        out = Replayed.from_json(api.post("/v1/dlq/replay", body))
+        done += out
+        progress.advance(out.replayed)
         # replayed ones drop out of the next query; with --include-replayed they would not
-        if out["replayed"] < chunk or args.include_replayed:
+        if out.replayed < chunk or args.include_replayed:
             break
     progress.finish()
-    return {"replayed": len(replayed), "execution_ids": replayed, "skipped": skipped}
+    return done
+
+
+def _last_error(item: dict[str, Any]) -> str:
+    errors = item.get("errors") or []
+    last = (errors[-1].get("error") if errors else None) or {}
+    return f"{last.get('type', '')}: {last.get('message', '')}"
+
+
+def _replay_ids(execution_ids: list[str], api: Api) -> Replayed:
+    """Replay these dead letters one by one (skipped ones are 409 errors, not answers)."""
+    progress = render.Progress("replayed", len(execution_ids))
+    done = Replayed()
+    for execution_id in execution_ids:
+        out = Replayed.from_json(api.post(f"/v1/dlq/{execution_id}/replay"))
+        done += Replayed(out.execution_ids)
+        progress.advance(1)
+    progress.finish()
+    return done
 
 
 def run_dlq(args: argparse.Namespace) -> int:
@@ -350,28 +414,21 @@ def run_dlq(args: argparse.Namespace) -> int:
             if args.json:
                 render.as_json(items)
             else:
-                for item in items:
-                    errors = item.get("errors") or []
-                    last = errors[-1]["error"] if errors else {}
-                    item["last_error"] = f"{last.get('type', '')}: {last.get('message', '')}"
-                render.table(items, DLQ_COLUMNS)
+                render.table(
+                    [{**item, "last_error": _last_error(item)} for item in items], DLQ_COLUMNS
+                )
             return 0
-        if args.execution_ids:
-            progress = render.Progress("replayed", len(args.execution_ids))
-            ids = []
-            for execution_id in args.execution_ids:
-                ids += api.post(f"/v1/dlq/{execution_id}/replay")["execution_ids"]
-                progress.advance(1)
-            progress.finish()
-            out: dict[str, Any] = {"replayed": len(ids), "execution_ids": ids, "skipped": []}
-        else:
-            out = _replay_filter(args, api)
+        out = (
+            _replay_ids(args.execution_ids, api)
+            if args.execution_ids
+            else _replay_filter(args, api)
+        )
         if args.json:
-            render.as_json(out)
+            render.as_json(out.to_json())
         else:
-            print(f"replayed {out['replayed']} dead execution(s)")
-            for s in out["skipped"]:
-                print(f"skipped {s['execution_id']}: {s['reason']}")
+            print(f"replayed {out.replayed} dead execution(s)")
+            for s in out.skipped:
+                print(f"skipped {s.get('execution_id')}: {s.get('reason')}")
         return 0
 
     return _run(args, action)

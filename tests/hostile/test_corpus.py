@@ -400,7 +400,7 @@ def samples(stack: HostileStack) -> dict[str, dict[str, Any]]:
         _SAMPLES[event] = {k: v for k, v in found.items() if not k.startswith("_")}
     _SAMPLES["job"] = stack.sdk.build(
         name="raw", schedule=FAR, target={"type": "http", "url": stack.sink.url}
-    )
+    ).to_avro()
     _SAMPLES["control"] = {
         "command_id": str(uuid.uuid4()),
         "job_id": _SAMPLES["job"]["job_id"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import threading
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -74,10 +75,11 @@ def error_of(execution: dict[str, Any]) -> dict[str, Any]:
 def test_raw_job_with_dag_label_does_not_stop_the_scheduler(
     stack: HostileStack, value: str
 ) -> None:
-    definition = stack.sdk.build(job(stack, name="raw-dag-label"))
-    definition["labels"] = {"duetime.dag": str(uuid.uuid4()) if value == "uuid" else value}
-    job_id = definition["job_id"]
-    partition, offset = produce(stack, stack.topics.jobs, job_id, Codec().encode("job", definition))
+    built = stack.sdk.build(job(stack, name="raw-dag-label"))
+    label = str(uuid.uuid4()) if value == "uuid" else value
+    definition = replace(built, labels={"duetime.dag": label})  # as a raw writer could set it
+    job_id = definition.job_id
+    partition, offset = produce(stack, stack.topics.jobs, job_id, Codec().dump(definition))
 
     def handled() -> str | None:
         stack.assert_up()
@@ -103,10 +105,10 @@ def test_restores_over_bad_records_keep_schedulers_up(stack: HostileStack) -> No
     for _ in range(100):
         if len(partitions) == stack.settings.partitions:
             break
-        definition = stack.sdk.build(job(stack, name="raw-dag-label-restore"))
-        definition["labels"] = {"duetime.dag": str(uuid.uuid4())}
-        encoded = Codec().encode("job", definition)
-        partitions.add(produce(stack, stack.topics.jobs, definition["job_id"], encoded)[0])
+        built = stack.sdk.build(job(stack, name="raw-dag-label-restore"))
+        definition = replace(built, labels={"duetime.dag": str(uuid.uuid4())})
+        encoded = Codec().dump(definition)
+        partitions.add(produce(stack, stack.topics.jobs, definition.job_id, encoded)[0])
     assert len(partitions) == stack.settings.partitions, "a bad record on every partition"
     first = stack.roles["scheduler"]
     owned_before = first.log().count("owning partition")

@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -312,14 +313,14 @@ def _store_job_with_payload(settings: CommonSettings, payload_json: str) -> str:
     """A job row as the projector would write it for a definition holding this payload."""
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     definition = build_job({"name": "deep", "target": TARGET}, now_ms=now_ms)
-    row = job_row({**definition, "payload_json": payload_json})
+    row = job_row(replace(definition, payload_json=payload_json))
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute(
             f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
             f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))})",
             [row[col] for col in JOB_COLUMNS],
         )
-    return str(definition["job_id"])
+    return definition.job_id
 
 
 def test_a_lower_configured_depth_is_the_limit(settings: CommonSettings) -> None:

@@ -129,5 +129,7 @@ def running_stack(settings: CommonSettings) -> Iterator[Sink]:
 
 
 def settle() -> None:
-    """Give an event that should not have been written the time to show up anyway."""
+    """Give an event that should not have been written the time to show up anyway (a sleep
+    that is the subject of the checks after it: nothing may arrive, so there is no condition
+    to wait for)."""
     time.sleep(0.3)

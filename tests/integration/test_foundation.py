@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -11,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from duetime.core.config import CommonSettings
 from duetime.core.errors import ConfigError
 from duetime.core.jobspec import build_job
+from duetime.core.records import JobDefinition
 from duetime.core.topics import Topics
 from duetime.infra.migrate import migrate
 from duetime.infra.topics import create_topics
@@ -78,12 +80,10 @@ def test_transactional_avro_events_are_read_committed(settings: CommonSettings) 
     )
     producer.init_transactions(30)
     producer.begin_transaction()
-    producer.produce(
-        topics.jobs, key=job["job_id"], value=codec.encode("job", {**job, "name": "aborted"})
-    )
+    producer.produce(topics.jobs, key=job.job_id, value=codec.dump(replace(job, name="aborted")))
     producer.abort_transaction(30)
     producer.begin_transaction()
-    producer.produce(topics.jobs, key=job["job_id"], value=codec.encode("job", job))
+    producer.produce(topics.jobs, key=job.job_id, value=codec.dump(job))
     producer.commit_transaction(30)
 
     consumer = Consumer(
@@ -96,16 +96,16 @@ def test_transactional_avro_events_are_read_committed(settings: CommonSettings) 
     )
     md = consumer.list_topics(topics.jobs, timeout=10)
     consumer.assign([TopicPartition(topics.jobs, p, 0) for p in md.topics[topics.jobs].partitions])
-    seen: list[dict[str, object]] = []
+    seen: list[JobDefinition] = []
 
     def read() -> bool:
         for msg in consumer.consume(10, 0.2):
             if not msg.error():
-                seen.append(codec.decode("job", msg.value() or b"", topic=msg.topic()))
+                seen.append(codec.load(JobDefinition, msg.value() or b"", topic=msg.topic()))
         return bool(seen)
 
     wait_for(read, 20, "the committed job event")
     consumer.consume(10, 1.0)  # nothing else arrives: the aborted record stays invisible
     consumer.close()
-    assert [r["name"] for r in seen] == ["t"]
+    assert [r.name for r in seen] == ["t"]
     assert seen[0] == job

@@ -20,6 +20,7 @@ from duetime.producers.api.convert import (
 )
 from duetime.producers.api.guard import HostRules, json_media_type
 from duetime.producers.api.jsondepth import deep_field, exceeds_depth, nesting_depth, string_path
+from duetime.producers.api.rows import DeadLetterRow, ExecutionRow, JobRow
 from duetime.producers.api.settings import ApiSettings, is_loopback
 
 json_values = st.recursive(
@@ -188,7 +189,7 @@ def test_edge_variables_are_validated_naming_themselves() -> None:
         assert bad.value.details["variable"] == name
 
 
-def _job_row(**over: Any) -> dict[str, Any]:
+def _job_row(**over: Any) -> JobRow:
     row: dict[str, Any] = {
         "job_id": "6f9f3c1e-5d1b-4c1e-9a63-6a0d7e1f2b10",
         "name": "n",
@@ -220,7 +221,7 @@ def _job_row(**over: Any) -> dict[str, Any]:
         "updated_at": None,
         "last_execution": None,
     }
-    return {**row, **over}
+    return JobRow.from_row({**row, **over})
 
 
 def _execution(error: Any) -> dict[str, Any]:
@@ -263,18 +264,20 @@ def test_reads_redact_target_urls_secret_headers_and_error_texts() -> None:
     assert job["target"]["headers"]["X-Signature"] == "${secret:HOOK}"  # a reference, not a secret
     assert "hooks.example.com" in job["last_execution"]["error"]["message"]
     dead = dead_letter_out(
-        {
-            "execution_id": "e",
-            "job_id": "j",
-            "name": "n",
-            "dead_at": None,
-            "attempts": 1,
-            "errors": [{"attempt": 1, "error": error}],
-            "dag_run_id": None,
-            "replayed_at": None,
-        }
+        DeadLetterRow.from_row(
+            {
+                "execution_id": "e",
+                "job_id": "j",
+                "name": "n",
+                "dead_at": None,
+                "attempts": 1,
+                "errors": [{"attempt": 1, "error": error}],
+                "dag_run_id": None,
+                "replayed_at": None,
+            }
+        )
     )
-    one = execution_out(_execution(error))
+    one = execution_out(ExecutionRow.from_row(_execution(error)))
     for shown in (dead, one):
         for secret in SECRETS:
             assert secret not in json.dumps(shown), secret
