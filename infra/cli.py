@@ -62,7 +62,7 @@ def run_topics(args: argparse.Namespace) -> int:
     setup_logging(common.log_format, common.log_level)
     specs = Topics(common.topic_prefix).specs(common.partitions)
     if args.action == "create":
-        created = create_topics(common.bootstrap_servers, specs, common.replication_factor)
+        created = create_topics(common, specs, common.replication_factor)
         print(f"{len(created)} topics created, {len(specs) - len(created)} already there")
     for spec in specs:
         print(f"{spec.name:32} partitions={spec.partitions} {spec.config.get('cleanup.policy')}")

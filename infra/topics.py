@@ -16,6 +16,8 @@ from confluent_kafka.admin import AdminClient
 # (cimpl.pyi) declares it, so import it from there: same class, and mypy --strict agrees.
 from confluent_kafka.cimpl import NewTopic
 
+from duetime.core import kafka
+from duetime.core.config import CommonSettings
 from duetime.core.errors import ConfigError
 from duetime.core.topics import TopicSpec
 
@@ -23,13 +25,20 @@ log = logging.getLogger("duetime.infra.topics")
 
 
 def create_topics(
-    bootstrap_servers: str,
+    bootstrap_servers: str | CommonSettings,
     specs: list[TopicSpec],
     replication_factor: int = 1,
     timeout_s: float = 30,
 ) -> list[str]:
-    """Create the missing topics; returns the names created. Raises ConfigError on a mismatch."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    """Create the missing topics; returns the names created. Raises ConfigError on a mismatch.
+
+    ``bootstrap_servers``: the servers, or a role's settings, whose Kafka client properties
+    (TLS, SASL: docs/kafka-security.md) then apply too.
+    """
+    if isinstance(bootstrap_servers, CommonSettings):
+        admin = kafka.admin(bootstrap_servers)
+    else:
+        admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     metadata = admin.list_topics(timeout=timeout_s)
     existing = metadata.topics
     mismatched = [

@@ -7,7 +7,10 @@ touches the shared test broker.
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -169,6 +172,22 @@ def test_the_sdk_publishes_a_job_to_the_secured_broker(broker: SecureLocalKafka)
     finally:
         codec.close()
     assert record.job_id == created.job_id and record.name == "secured"
+
+
+def test_the_cli_creates_every_topic_on_the_secured_broker(broker: SecureLocalKafka) -> None:
+    prefix = f"cli{uuid.uuid4().hex[:8]}."
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUETIME_")}
+    env.update(broker.client_env("bob"), DUETIME_TOPIC_PREFIX=prefix, DUETIME_PARTITIONS="1")
+    cli = Path(sys.executable).with_name("duetime")
+    done = subprocess.run(
+        [str(cli), "topics", "create"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    specs = Topics(prefix).specs(1)
+    assert f"{len(specs)} topics created" in done.stdout
+    listed = kafka.admin(_settings(broker.client_env("alice"))).list_topics(timeout=30).topics
+    assert {s.name for s in specs} <= set(listed)
+    assert broker.users["bob"] not in done.stdout + done.stderr
 
 
 def test_nobody_listening_is_a_retryable_error_naming_the_servers() -> None:
