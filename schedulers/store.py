@@ -144,9 +144,6 @@ class StateStore:
         self.commit()
         return n
 
-    def count(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM state").fetchone()[0])
-
     def pending(self) -> int:
         """Jobs with a wake-up time (scheduled runs or retries)."""
         return int(

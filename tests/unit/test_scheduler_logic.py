@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from duetime.core.jobspec import build_job
 from duetime.core.models import ControlKind, ErrorReason, ResultStatus, Status, Trigger
@@ -15,6 +19,7 @@ from duetime.core.records import (
     SchedulerState,
 )
 from duetime.schedulers import logic
+from duetime.schemas.codec import Codec
 
 NOW = 1_800_000_000_000
 
@@ -177,3 +182,129 @@ def test_the_store_knows_which_jobs_have_held_commands_across_a_rollback() -> No
     assert not store.has_held("j")
     store.rollback()  # the delete was not committed either
     assert store.has_held("j")
+
+
+# --- properties over command sequences ---------------------------------------------------
+
+JOB_ID = "00000000-0000-0000-0000-0000000000c1"
+CODEC = Codec()
+_step = st.one_of(
+    st.tuples(
+        st.just("command"),
+        st.sampled_from(list(ControlKind)),
+        st.sampled_from(["c1", "c2"]),
+        st.sampled_from([None, "r1", "r2"]),
+    ),
+    st.tuples(st.just("fire"), st.integers(0, 5_000)),
+    st.tuples(st.just("result"), st.sampled_from(list(ResultStatus))),
+)
+
+
+def cron_state(overlap: str, depends_on: list[str]) -> SchedulerState:
+    definition = build_job(
+        {
+            "job_id": JOB_ID,
+            "name": "p",
+            "schedule": None if depends_on else {"cron": "* * * * * *"},
+            "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+            "overlap": overlap,
+            "misfire": "run_all",
+            "retry": {"max_retries": 1, "base_delay_s": 1, "jitter": False},
+            **(
+                {"dag_id": "00000000-0000-0000-0000-0000000000d1", "dag_key": "k"}
+                if depends_on
+                else {}
+            ),
+            "depends_on": depends_on,
+        },
+        now_ms=NOW,
+    )
+    state, _ = logic.on_definition(None, definition, NOW)
+    return state
+
+
+def _apply_step(state: SchedulerState, step: tuple[Any, ...], now: int) -> logic.Outputs:
+    if step[0] == "fire":
+        return logic.fire_due(state, now, logic.Policy())
+    if step[0] == "result":
+        live = [e for e in state.inflight if e.status is not Status.FAILED]
+        if not live:
+            return logic.Outputs()
+        request = logic.execution_request(state, live[0], now)
+        _, out = logic.on_result(state, result(request, step[1], live[0].attempt), now, RNG)
+        return out
+    _, kind, command_id, run_id = step
+    cmd = ControlCommand(
+        command_id=command_id, job_id=JOB_ID, kind=kind, issued_at_ms=now, dag_run_id=run_id
+    )
+    _, out = logic.on_control(state, cmd, now, logic.Policy())
+    again_state = replace(state, inflight=[replace(e) for e in state.inflight])
+    _, again = logic.on_control(again_state, cmd, now, logic.Policy())
+    # a command delivered twice (a redelivery) writes nothing new the second time
+    assert again.executions == [] and again.controls == [] and again.dag_run_events == []
+    return out
+
+
+RNG = random.Random(0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    overlap=st.sampled_from(["allow", "skip", "queue_one"]),
+    member=st.booleans(),
+    steps=st.lists(_step, max_size=25),
+)
+def test_any_sequence_keeps_the_state_well_formed(
+    overlap: str, member: bool, steps: list[tuple[Any, ...]]
+) -> None:
+    """Whatever commands, fires and results arrive, in any order: the status is a Status,
+    execution ids in flight are unique, a cancelled job has nothing to wake up for, a
+    redelivered command writes nothing new, and the state always encodes (the changelog can
+    always be written)."""
+    state = cron_state(overlap, ["a"] if member else [])
+    now = NOW
+    for step in steps:
+        now += 700
+        out = _apply_step(state, step, now)
+        assert isinstance(state.status, Status)
+        ids = [e.execution_id for e in state.inflight]
+        assert len(ids) == len(set(ids))
+        assert all(e.job_id == JOB_ID for e in out.executions)
+        if state.status is Status.CANCELLED:
+            assert state.next_run_at_ms is None and logic.wake_at_ms(state) is None
+        CODEC.load(SchedulerState, CODEC.dump(state))
+
+
+def test_a_missed_one_time_run_under_misfire_skip_ends_skipped() -> None:
+    definition = build_job(
+        {
+            "name": "missed",
+            "schedule": {"at": "2020-01-01T00:00:00Z"},
+            "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+            "misfire": "skip",
+        },
+        now_ms=NOW,
+    )
+    state, _ = logic.on_definition(None, definition, NOW)
+    out = logic.fire_due(state, NOW + 60_000, logic.Policy(), owned_since_ms=NOW + 30_000)
+    assert out.executions == [] and state.status is Status.SKIPPED
+    assert state.next_run_at_ms is None and logic.wake_at_ms(state) is None
+
+
+def test_a_recurring_jobs_next_occurrence_is_queued_after_success() -> None:
+    definition = build_job(
+        {
+            "name": "every-second",
+            "schedule": {"cron": "* * * * * *"},
+            "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+        },
+        now_ms=NOW,
+    )
+    state, _ = logic.on_definition(None, definition, NOW)
+    due = state.next_run_at_ms
+    assert due is not None
+    [request] = logic.fire_due(state, due, logic.Policy()).executions
+    state, _ = on_result(state, result(request, ResultStatus.SUCCESS), due + 10, RNG)
+    assert state.status is Status.SUCCESS
+    [following] = logic.fire_due(state, due + 1000, logic.Policy()).executions
+    assert state.status is Status.QUEUED and following.scheduled_at_ms == due + 1000

@@ -102,3 +102,30 @@ def test_docs_show_the_table_and_the_diagram() -> None:
     rows = re.findall(r"^\| (\S+) \| (\S+) \| (\S+) \|$", text, flags=re.MULTILINE)
     edge_rows = [r for r in rows if r[1] in {e.value for e in Event}]
     assert len(edge_rows) == len(TRANSITIONS)
+
+
+@pytest.mark.parametrize("event", [Event.QUEUE, Event.TRIGGER, Event.REPLAY])
+def test_a_new_execution_queues_the_job_whatever_its_occurrence_did(event: Event) -> None:
+    """The scheduler queues a recurring job's next occurrence (or a manual run, a replay)
+    after success, dead, a failure waiting for its retry, or beside a live run (overlap=allow);
+    a paused job stays paused, a cancelled one takes no trigger or replay."""
+    for state in Status:
+        if state is Status.PAUSED:
+            assert transition(state, event) is Status.PAUSED
+        elif state is Status.CANCELLED:
+            if event is Event.QUEUE:  # a cancelled DAG member released in a DAG run
+                assert transition(state, event) is Status.CANCELLED
+            else:
+                with pytest.raises(IllegalTransition):
+                    transition(state, event)
+        else:
+            assert transition(state, event) is Status.QUEUED, state
+
+
+def test_a_missed_one_time_run_is_skipped_unless_paused_or_cancelled() -> None:
+    for state in Status:
+        if state in (Status.PAUSED, Status.CANCELLED):
+            with pytest.raises(IllegalTransition):
+                transition(state, Event.MISS)
+        else:
+            assert transition(state, Event.MISS) is Status.SKIPPED
