@@ -7,6 +7,7 @@ touches the shared test broker.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import subprocess
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka.admin import NewTopic
 
 from duetime.core import kafka
+from duetime.core.aiokafka_auth import aiokafka_auth
 from duetime.core.config import CommonSettings, Env
 from duetime.core.errors import ConfigError, RetryableError
 from duetime.core.kafka_properties import FILE_VARIABLE
@@ -188,6 +190,30 @@ def test_the_cli_creates_every_topic_on_the_secured_broker(broker: SecureLocalKa
     listed = kafka.admin(_settings(broker.client_env("alice"))).list_topics(timeout=30).topics
     assert {s.name for s in specs} <= set(listed)
     assert broker.users["bob"] not in done.stdout + done.stderr
+
+
+def test_the_resolvers_client_library_reaches_it_from_the_same_variables(
+    broker: SecureLocalKafka,
+) -> None:
+    """aiokafka (faust's client) with aiokafka_auth's arguments: what the resolver needs."""
+    from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]  # no stubs shipped
+
+    settings = _settings(broker.client_env("bob", "SCRAM-SHA-512"))
+    topic = settings.topic_prefix + "aiokafka"
+    _create_topic(settings, topic)
+
+    async def send() -> None:
+        auth = aiokafka_auth(settings.kafka_properties)
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, **auth.kwargs())
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"from aiokafka")
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    [msg] = _read(kafka.consumer(settings, f"{topic}-reader"), topic, 1)
+    assert msg.value() == b"from aiokafka"
 
 
 def test_nobody_listening_is_a_retryable_error_naming_the_servers() -> None:
