@@ -24,7 +24,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # declared there; admin does not re-export it
 
 from duetime.infra.local_kafka import LocalKafka
 from duetime.infra.local_postgres import LocalPostgres
