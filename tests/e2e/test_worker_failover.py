@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,15 @@ def start_worker(settings: CommonSettings, name: str, **env: str) -> Role:
 
 def assigned(role: Role) -> bool:
     return "assigned" in role.log()
+
+
+_NOW_RE = re.compile(r"partitions \(now (\d+)\)")
+
+
+def partitions_of(role: Role) -> int:
+    """How many partitions the worker said it holds in its last assignment or revocation."""
+    counts = _NOW_RE.findall(role.log())
+    return int(counts[-1]) if counts else 0
 
 
 @pytest.fixture
@@ -110,7 +120,8 @@ def test_sigkill_with_100_in_flight_every_job_ends_with_one_effect(
     second = start_worker(settings, "worker-b")
     roles.append(second)
     wait_for(lambda: assigned(second), 30, "worker-b joining the group")
-    time.sleep(1.0)  # worker-b has been given half the partitions: it waits for the leases
+    # worker-b has been given half the partitions: it waits for worker-a's leases
+    wait_for(lambda: "lease held by" in second.log(), 30, "worker-b meeting worker-a's leases")
     in_flight = set(sink.delivery_counts())
     assert len(in_flight) == 100 and not sink.effects
     first.kill()
@@ -161,7 +172,14 @@ def test_a_stopped_zombie_is_fenced_out_and_its_result_never_counts(
     workers = {name: start_worker(settings, name, **ttl) for name in ("worker-a", "worker-b")}
     roles.extend(workers.values())
     wait_for(lambda: all(assigned(r) for r in workers.values()), 30, "both assignments")
-    time.sleep(1.0)  # let the two-member assignment settle
+    wait_for(
+        lambda: (
+            all(partitions_of(r) for r in workers.values())
+            and sum(partitions_of(r) for r in workers.values()) == 4 * settings.partitions
+        ),
+        30,
+        "the two-member assignment to settle",
+    )
     with JobClient(settings=settings) as client:
         job = client.create_job(
             name="zombie",
@@ -195,7 +213,9 @@ def test_a_stopped_zombie_is_fenced_out_and_its_result_never_counts(
         30,
         "the execution's success",
     )
-    time.sleep(3.0)  # the zombie had time to finish and report, if it were going to
+    # the zombie has woken up and found its lease taken: whatever it was going to report,
+    # it has decided by now
+    assert wait_for(lambda: "lease lost" in zombie.log(), 10, "the zombie noticing its loss")
     mine = [
         r
         for r in results.snapshot()
@@ -205,7 +225,6 @@ def test_a_stopped_zombie_is_fenced_out_and_its_result_never_counts(
     ]
     assert mine == [], "the zombie reported an outcome with its stale token"
     assert {r["lease_token"] for r in success} == {taken[0]["lease_token"]}
-    assert wait_for(lambda: "lease lost" in zombie.log(), 10, "the zombie noticing its loss")
     with psycopg.connect(settings.database_url) as conn:
         row = conn.execute(
             "SELECT owner, fencing_token, state, outcome FROM leases WHERE execution_id = %s",

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics, TopicSpec
+from duetime.infra import harness
 from duetime.infra.topics import create_topics
 from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
@@ -114,15 +115,31 @@ def committed(settings: CommonSettings, topic: str) -> int:
 def consumed_ends(settings: CommonSettings, topic: str) -> int:
     """Sum over ``topic``'s partitions of (offset of its last record + 1): what a consumer
     that finished everything commits (transaction markers after it do not count)."""
-    reader = TopicReader(settings, [topic], None)
+    consumer = harness.reader(settings.bootstrap_servers, "test-ends")
     try:
-        time.sleep(1.0)
+        harness.assign_all(consumer, [topic], 10)
+        parts = consumer.assignment()
+        # read up to the end each partition had when we asked (markers included)
+        ends = {
+            tp.partition: consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            for tp in parts
+        }
         last: dict[int, int] = {}
-        for msg in list(reader.raw):
-            last[msg.partition()] = max(last.get(msg.partition(), 0), msg.offset() + 1)
+
+        def caught_up() -> bool:
+            for msg in consumer.consume(500, 0.1):
+                partition, offset = msg.partition(), msg.offset()
+                if msg.error() is None and partition is not None and offset is not None:
+                    last[partition] = max(last.get(partition, 0), offset + 1)
+            return all(
+                ends[tp.partition] == 0 or tp.offset >= ends[tp.partition]
+                for tp in consumer.position(parts)
+            )
+
+        wait_for(caught_up, 10, f"reading {topic} to its end")
         return sum(last.values())
     finally:
-        reader.close()
+        consumer.close()
 
 
 def lease_row(settings: CommonSettings, execution_id: str) -> tuple[Any, ...] | None:
@@ -317,7 +334,7 @@ def test_python_targets_get_their_context_and_steer_their_outcome(
     [gone] = final(results, void.job_id)
     assert gone["error"]["retryable"] is False and gone["error"]["type"] == "FailPermanently"
     wait_for(lambda: [d for d in dlq.snapshot() if d["job_id"] == void.job_id], 15, "dead letter")
-    time.sleep(0.5)
+    time.sleep(0.5)  # the subject: no retry follows within 0.5 s
     assert len(final(results, void.job_id)) == 1
 
 
@@ -411,7 +428,7 @@ def test_unknown_targets_fail_permanently_without_a_retry_loop(
     wait_for(
         lambda: {d["job_id"] for d in dlq.snapshot()} >= {j.job_id for j in jobs}, 15, "4 deads"
     )
-    time.sleep(0.5)
+    time.sleep(0.5)  # the subject: no retry follows within 0.5 s
     assert all(len(final(results, j.job_id)) == 1 for j in jobs)
 
 
@@ -487,7 +504,7 @@ def test_a_redelivered_finished_execution_is_not_run_again(
         first, again = final(results, job.job_id, n=2)  # the recorded result, published again
         assert again["execution_id"] == first["execution_id"]
         assert again["lease_token"] == first["lease_token"]
-        time.sleep(0.3)
+        time.sleep(0.3)  # the subject: no second run within 0.3 s
         assert len(sink.of_key(first["execution_id"])) == 1  # ran once
     finally:
         requests.close()

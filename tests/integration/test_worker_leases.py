@@ -26,6 +26,22 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
+async def expired(url: str, execution_id: str, timeout_s: float = 10.0) -> None:
+    """Wait until the lease of ``execution_id`` has expired by the database's clock (the one
+    the lease statements use)."""
+    deadline = time.monotonic() + timeout_s
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while True:
+            cur = await conn.execute(
+                "SELECT expires_at < now() FROM leases WHERE execution_id = %s", (execution_id,)
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0]:
+                return
+            assert time.monotonic() < deadline, f"lease {execution_id} still live"
+            await asyncio.sleep(0.05)
+
+
 async def opened(url: str, owner: str, ttl_s: float) -> LeaseStore:
     store = LeaseStore(url, owner, ttl_s)
     await store.open()
@@ -44,9 +60,9 @@ def test_fencing_tokens_takeover_and_stale_writes(database_url: str) -> None:
             assert busy.conflict == "busy" and busy.owner == "worker-a"
             assert 0 < busy.retry_in_s <= 0.6
             # an expired lease nobody took over is still its holder's: renewal works
-            await asyncio.sleep(0.6)
+            await expired(database_url, eid)
             assert await a.renew([(eid, first.token)]) == set()
-            await asyncio.sleep(0.6)
+            await expired(database_url, eid)
             second = await b.claim(eid, 1)  # expired: worker-b takes it over
             assert second.token is not None and second.token > first.token
             # the zombie's writes with the stale token are rejected everywhere
@@ -189,7 +205,7 @@ def test_postgresql_outage_blocks_claims_until_it_is_back(
             errors_before = _total(metrics.DB_ERRORS)
             proxy.down()
             pending = asyncio.ensure_future(store.claim(new_id(), 1))
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # the subject: for 1.5 s the claim waits, it does not fail
             assert not pending.done(), "a claim must wait for the database, not fail"
             assert _total(metrics.DB_ERRORS) > errors_before
             proxy.up()

@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
+from duetime.core.models import Priority
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 from tests.helpers import wait_for
@@ -97,7 +98,12 @@ def test_a_critical_job_overtakes_a_backlog_of_5000_low_ones(
             requests.send("low", {"sleep_s": 0.05})
         requests.flush()
         wait_for(lambda: len(support.STARTED) >= 50, 30, "the low backlog to be running")
-        time.sleep(0.5)  # the buffer is full and the low partitions are paused by now
+        low_topic = Topics(settings.topic_prefix).execution(Priority.LOW)
+        wait_for(
+            lambda: low_topic in worker.worker.state.paused,
+            30,
+            "the buffer to fill and the low partitions to be paused",
+        )
         sent_at = time.time()
         critical = requests.send("critical", {"sleep_s": 0})
         requests.flush()
@@ -129,18 +135,24 @@ def test_aging_lets_low_jobs_through_sustained_higher_priority_load(
             for _ in range(10):
                 high_sent.append(requests.send("high", {"sleep_s": 0.05}))
             requests.send("critical", {"sleep_s": 0.05})
-            time.sleep(0.1)
+            time.sleep(0.1)  # the load's pace (100 high and 10 critical a second)
 
     loader = threading.Thread(target=load, daemon=True)
     loader.start()
     try:
-        time.sleep(1.5)
+        # the high stream outruns its 3 slots: highs run and a backlog of them waits when the
+        # lows arrive
+        def high_backlog() -> bool:
+            started = [r["execution_id"] in support.STARTED for r in list(high_sent)]
+            return started.count(True) >= 3 and started.count(False) >= 50
+
+        wait_for(high_backlog, 30, "high jobs running with a backlog behind them")
         lows = [requests.send("low", {"sleep_s": 0.05}) for _ in range(5)]
         requests.flush()
         low_ids = {r["execution_id"] for r in lows}
         wait_for(lambda: low_ids <= set(support.STARTED), 15, "the low jobs to start")
         last_low_start = max(support.STARTED[e] for e in low_ids)
-        time.sleep(0.5)
+        time.sleep(0.5)  # the subject: the high load goes on after the lows started
         stop.set()
         loader.join(5)
         waits = [support.STARTED[r["execution_id"]] - r["emitted_at_ms"] / 1000 for r in lows]
