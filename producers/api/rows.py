@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from duetime.core.models import Status
 from duetime.core.records import DagNode
@@ -28,12 +28,13 @@ from duetime.core.records import DagNode
 
 class _Row:
     __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Self:
         """The typed row from a fetched one (column name → value)."""
         kwargs: dict[str, Any] = {}
-        for f in fields(cls):  # type: ignore[arg-type]  # every subclass is a dataclass
+        for f in fields(cls):
             if f.name in row:
                 kwargs[f.name] = row[f.name]
             elif f.default is MISSING and f.default_factory is MISSING:

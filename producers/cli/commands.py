@@ -131,19 +131,18 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     """The job body: ``--body`` first, each flag given overriding its field."""
     body = _base_body(args.body)
+    # a JSON null given with --payload is a value (the payload null), not an absent flag
+    payload = {} if args.payload is None else {"payload": _load_json(args.payload, "--payload")}
     flags: dict[str, Any] = {
         "name": args.name or None,
         "schedule": _schedule_flag(args),
         "target": _target_flag(args),
-        "payload": None if args.payload is None else _load_json(args.payload, "--payload"),
         "retry": _retry_flag(args, body.get("retry")),
         "labels": _labels_flag(args.label, body.get("labels")),
         **{key: getattr(args, key) for key in ("priority", "timeout_s", "misfire", "overlap")},
         "job_id": args.job_id,
     }
-    # a JSON null payload given with --payload is a value, not an absent flag
-    given = {k: v for k, v in flags.items() if v is not None or (k == "payload" and args.payload)}
-    return {**body, **given}
+    return {**body, **payload, **{k: v for k, v in flags.items() if v is not None}}
 
 
 def _base_body(raw: str | None) -> dict[str, Any]:

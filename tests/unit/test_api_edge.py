@@ -11,13 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from duetime.core.config import CommonSettings, Env
-from duetime.core.errors import ConfigError
+from duetime.core.errors import ConfigError, ValidationError
+from duetime.core.models import Status
 from duetime.producers.api.convert import (
     MAX_SHOWN_DEPTH,
     dead_letter_out,
     execution_out,
     job_out,
 )
+from duetime.producers.api.dlq import _filter as replay_filter
 from duetime.producers.api.guard import HostRules, json_media_type
 from duetime.producers.api.jsondepth import deep_field, exceeds_depth, nesting_depth, string_path
 from duetime.producers.api.rows import DeadLetterRow, ExecutionRow, JobRow
@@ -321,3 +323,33 @@ def test_the_first_bad_string_is_named_by_its_path() -> None:
     assert string_path({"jobs": [{"name": "a"}, {"name": "\x00"}]}, nul) == "jobs[1].name"
     assert string_path({"x\x00": 1}, nul) == "x\x00"
     assert string_path({"a": ["ok", 1, None]}, nul) is None
+
+
+def test_a_row_is_typed_at_the_edge_and_a_missing_column_is_named() -> None:
+    row = _job_row(extra_column="ignored")
+    assert row.status is Status.PENDING and row.last_execution is None
+    columns = {**_execution(None)}
+    del columns["lateness_ms"]
+    with pytest.raises(TypeError, match="lateness_ms"):
+        ExecutionRow.from_row(columns)
+    with pytest.raises(ValueError):
+        _job_row(status="sleeping")  # not a job status: never shown as if it were one
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["job_id", "name", "since", "until", "include_replayed", "limit", "x"]),
+        st.none() | st.booleans() | st.integers(-2, 20_000) | st.text(max_size=30),
+        max_size=7,
+    )
+)
+def test_the_replay_filter_is_checked_field_by_field(body: dict[str, Any]) -> None:
+    try:
+        flt = replay_filter(body)
+    except ValidationError as exc:
+        assert exc.field in body  # the error names a field the body has
+        return
+    assert set(body) <= {"job_id", "name", "since", "until", "include_replayed", "limit"}
+    assert 1 <= flt.limit <= 10_000 and isinstance(flt.include_replayed, bool)
+    for when in (flt.since, flt.until):
+        assert when is None or when.tzinfo is not None
