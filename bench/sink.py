@@ -300,13 +300,10 @@ class Sink:
     ) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        # imported here: the sink itself (``python -m bench.sink``) runs in any virtualenv
+        from duetime.infra.process import terminate
+
+        terminate(self.proc, 60, self.name)
         if self.records_path.exists():
             with self.records_path.open() as f:
                 self.records = [json.loads(line) for line in f]

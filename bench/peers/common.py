@@ -32,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from duetime.infra.process import stop_process_group
+from duetime.infra.process import terminate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PEERS_HOME = REPO_ROOT / ".duetime" / "peers"
@@ -197,9 +197,7 @@ def managed(cmd: list[str], what: str, log_path: Path, stop_timeout_s: float = 1
     try:
         yield proc
     finally:
-        stop_process_group(proc.pid, stop_timeout_s, what)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1)
+        terminate(proc, stop_timeout_s, what, term_group=True)
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str, proc: subprocess.Popen[bytes] | None,
