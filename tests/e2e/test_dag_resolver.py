@@ -18,6 +18,7 @@ from tests.integration.test_dag_support import (
     DIAMOND,
     delete_internal_topics,
     run_events,
+    scheduler_read_past,
     sim_worker,
     wait_completed,
     wait_known,
@@ -66,13 +67,21 @@ def test_sigkill_between_b_and_c_releases_d_exactly_once(
             )
             first.kill()  # SIGKILL: nothing committed, nothing flushed on the way out
             assert worker.release_held() == 1  # C succeeds while no resolver runs
+            # the subject, not a settling wait: with no resolver running nothing releases D
             time.sleep(0.5)
             assert worker.requests_of(run_id, "d") == []  # nobody released D yet
             second = ResolverProcess(settings, env).start()
             done = wait_completed(dag_runs, run_id, timeout_s=60, resolver=second)
             assert done["status"] == "success"
             wait_for(lambda: worker.requests_of(run_id, "d"), 10, "D's execution request")
-            time.sleep(2.0)  # room for a duplicate to show up
+            wait_for(
+                lambda: scheduler_read_past(settings, list(control.raw)),
+                30,
+                "the scheduler to handle every control command seen (a resent release too)",
+            )
+            # what a duplicate release made the scheduler emit is written by now; the subject:
+            # no second request of D reaches the worker within this window
+            time.sleep(0.5)
             assert len(worker.requests_of(run_id, "d")) == 1
             releases = [
                 c
@@ -132,7 +141,14 @@ def test_sigkill_after_d_was_released_resends_the_release_and_d_still_runs_once(
                 60,
                 "the successor to send D's release again",
             )
-            time.sleep(1.0)  # the scheduler has had the duplicate by now
+            wait_for(
+                lambda: scheduler_read_past(settings, list(control.raw)),
+                30,
+                "the scheduler to handle the resent release of D",
+            )
+            # the subject: the resent release made no second request of D (window for one
+            # already written to reach the worker)
+            time.sleep(0.5)
             assert len(worker.requests_of(run_id, "d")) == 1
             assert worker.release_held() == 1
             done = wait_completed(dag_runs, run_id, timeout_s=30, resolver=second)

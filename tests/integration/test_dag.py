@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from bench.dag_harness import ResolverProcess
+from duetime.core import kafka
 from duetime.core.config import CommonSettings
 from duetime.core.errors import DagCycleError, ValidationError
 from duetime.core.topics import Topics
@@ -235,21 +237,12 @@ def _records(settings: CommonSettings) -> int:
     """Records on the topics a DAG creation or run would write."""
     topics = Topics(settings.topic_prefix)
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "count"})
-
-    def watermarks(tp: TopicPartition) -> tuple[int, int]:
-        for _ in range(50):  # just-created topics may not have a leader for a moment
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=10)
-                return low, high
-            except KafkaException:
-                time.sleep(0.1)
-        raise AssertionError(f"no watermarks for {tp}")
-
     try:
         total = 0
         for topic in (topics.jobs, topics.dags, topics.control, *topics.executions):
             for p in range(settings.partitions):
-                low, high = watermarks(TopicPartition(topic, p))
+                # retried while a just-created topic has no leader yet
+                low, high = kafka.watermarks(consumer, topic, p)
                 total += high - low
         return total
     finally:
@@ -358,11 +351,32 @@ def test_the_resolver_ignores_aborted_dead_letters(
         producer.produce(topic, key=a_request["job_id"], value=Codec().encode("dead_letter", dead))
         producer.flush(10)
         producer.abort_transaction(10)
-        time.sleep(1.5)  # the resolver would have acted on it by now
+        _resolver_read_past(settings, topic, a_request["job_id"])
+        # A's success now reaches the resolver after the aborted dead letter would have: had
+        # the resolver taken it in, A would be dead and the run failed
         assert worker.release_held() == 1
         done = wait_completed(dag_runs, run_id, resolver=resolver)
         assert done["status"] == "success", done["node_statuses"]
         assert not any(e.get("node_status") == "dead" for e in run_events(dag_runs, run_id))
+
+
+def _resolver_read_past(settings: CommonSettings, topic: str, key: str) -> None:
+    """Wait until the resolver has read the partition of ``key`` in ``topic`` up to now: a
+    record it cannot decode is sent behind everything there, and it parks a copy of it on
+    the poison topic when it gets there (it reads a partition in order)."""
+    marker = f"not a record: {uuid.uuid4()}".encode()
+    poison = TopicReader(settings, [Topics(settings.topic_prefix).poison], None)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    try:
+        producer.produce(topic, key=key, value=marker)  # the key's partition, as the original
+        producer.flush(10)
+        wait_for(
+            lambda: any(m.value() == marker for m in list(poison.raw)),
+            30,
+            "the resolver to park the marker sent behind the aborted dead letter",
+        )
+    finally:
+        poison.close()
 
 
 def test_finished_runs_are_swept_from_the_resolver_tables(

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from bench.dag_harness import SimWorker
@@ -44,6 +45,31 @@ def sim_worker(settings: CommonSettings, *args: Any, **kwargs: Any) -> Iterator[
         yield worker
     finally:
         worker.close()
+
+
+def scheduler_read_past(settings: CommonSettings, messages: list[Any]) -> bool:
+    """Whether the schedulers' group has committed its offsets past every one of ``messages``
+    (Kafka messages of its input topics, e.g. a TopicReader's ``raw``). A scheduler commits
+    them in the transaction that holds what it wrote in answer, so past this point its
+    answers to those messages are on the topics."""
+    wanted: dict[tuple[str, int], int] = {}
+    for m in messages:
+        where = (m.topic(), m.partition())
+        wanted[where] = max(wanted.get(where, 0), m.offset() + 1)
+    if not wanted:
+        return True
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"{settings.topic_prefix}schedulers",  # only read: never joins it
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in wanted], timeout=10)
+    finally:
+        consumer.close()
+    return all(tp.offset >= wanted[(tp.topic, tp.partition)] for tp in committed)
 
 
 def run_events(reader: TopicReader, run_id: str) -> list[dict[str, Any]]:
