@@ -96,6 +96,3 @@ class OffsetTracker:
     def forget(self, tp: TP) -> None:
         """The partition was revoked: its offsets are no longer ours to commit."""
         self._parts.pop(tp, None)
-
-    def partitions(self) -> list[TP]:
-        return list(self._parts)

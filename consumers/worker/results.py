@@ -34,12 +34,8 @@ _MAX_TIME_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z: datetime's range
 
 
 _KNOWN_REASONS = frozenset(reason.value for reason in ErrorReason)
-
-
-def known_reasons() -> frozenset[str]:
-    """The ``ErrorReason`` symbols this worker writes (the enum is checked against the schema
-    by ``tests/unit/test_records.py``)."""
-    return _KNOWN_REASONS
+"""The reasons a result may carry (``ErrorReason``, checked against the schema by
+``tests/unit/test_records.py``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from confluent_kafka.admin import AdminClient
 
 from duetime.consumers.worker import metrics
 from duetime.consumers.worker.policy import EgressPolicy
-from duetime.consumers.worker.results import known_reasons
 from duetime.core.config import CommonSettings
+from duetime.core.models import ErrorReason
 from duetime.core.topics import Topics, TopicSpec
 from duetime.infra.topics import create_topics
 from duetime.producers.sdk import JobClient
@@ -36,7 +36,7 @@ from tests.integration.test_worker import committed, consumed_ends, final, worke
 from tests.integration.test_worker_support import RunningWorker, Sink
 
 MOD = "tests.integration.test_worker_support"
-EGRESS_DENIED = "egress_denied" if "egress_denied" in known_reasons() else "error"
+EGRESS_DENIED = "egress_denied" if "egress_denied" in set(ErrorReason) else "error"
 
 
 class Requests:
