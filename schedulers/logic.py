@@ -337,7 +337,8 @@ def _dag_run_end(
     run_id = command.dag_run_id or ""
     if state.dag_runs.get(run_id) is not Status.RUNNING:
         return False  # unknown, or already ended: a repeated report does nothing
-    state.dag_runs[run_id] = Status.SUCCESS if command.reason == "success" else Status.DEAD
+    ok = command.reason == DagRunStatus.SUCCESS  # the resolver sends the run's outcome
+    state.dag_runs[run_id] = Status.SUCCESS if ok else Status.DEAD
     _fire_held(state, now_ms, out)
     _prune_dag_runs(state)
     return True

@@ -359,7 +359,13 @@ def test_a_definition_may_not_move_a_job_into_a_dag(
     poison = TopicReader(settings, [topics.poison], None)
     try:
         job = client.create_job(name="victim", target=HTTP_TARGET)
-        time.sleep(0.01)  # not a settling wait: a later millisecond is a later revision
+        wait_for(  # the revision comes from the build's clock: the takeover's must be later
+            lambda: (
+                client.build(name="probe", target=HTTP_TARGET).revision > job.definition.revision
+            ),
+            1,
+            "a later revision",
+        )
         takeover = client.build(
             job_id=job.job_id,
             name="taken-over",

@@ -77,7 +77,7 @@ def test_a_run_that_ended_while_no_scheduler_ran_does_not_block_the_catch_up(
         value=Codec().encode("result", success_of(request)),
     )
     assert producer.flush(10) == 0
-    time.sleep(3)  # occurrences fall due with nobody to fire them: misfires
+    time.sleep(3)  # the subject: occurrences fall due with nobody to fire them (misfires)
     second = RunningScheduler(
         SchedulerSettings(common=replace(settings, instance_id="second"), misfire_threshold_s=1.0)
     )
