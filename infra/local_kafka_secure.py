@@ -10,7 +10,9 @@ same one-node KRaft settings, same start/stop guarantees) with:
   SCRAM-SHA-512 and PLAIN, plus a plaintext listener on ``internal_port`` that only the
   broker itself uses (inter-broker traffic of the one node); both bound to 127.0.0.1;
 - SCRAM users created when the KRaft storage is formatted (``--add-scram``, KRaft has no
-  ZooKeeper to hold them), PLAIN users in the listener's JAAS configuration.
+  ZooKeeper to hold them), PLAIN users in the listener's JAAS configuration;
+- with ``mtls_port``, an ``SSL`` listener there that requires a client certificate signed by
+  the same CA (:meth:`SecureLocalKafka.issue_client_certificate` makes one).
 
 No authorizer is configured: authentication is what is under test, every user may do
 anything. Passwords are for a throwaway broker; they are never logged.
@@ -43,6 +45,7 @@ class SecureLocalKafka(LocalKafka):
         users: Mapping[str, str],
         heap_mb: int = 384,
         jar_cache: Path | None = None,
+        mtls_port: int | None = None,
     ) -> None:
         super().__init__(home, port, controller_port, heap_mb=heap_mb, jar_cache=jar_cache)
         if not users:
@@ -54,6 +57,7 @@ class SecureLocalKafka(LocalKafka):
                     "and '-' (they are written into --add-scram and JAAS unquoted)"
                 )
         self.internal_port = internal_port
+        self.mtls_port = mtls_port
         self.users = dict(users)
         self.tls_dir = self.home / "tls"
         self.ca_file = self.tls_dir / "ca.pem"
@@ -67,6 +71,8 @@ class SecureLocalKafka(LocalKafka):
         self.home.mkdir(parents=True, exist_ok=True)
         if self.pid is None:  # a live broker of this home (reused) holds it itself
             ensure_port_free(self.internal_port, "Kafka (internal listener)")
+            if self.mtls_port is not None:
+                ensure_port_free(self.mtls_port, "Kafka (mutual TLS listener)")
         self._ensure_tls()
         return super().start(timeout_s)
 
@@ -80,6 +86,33 @@ class SecureLocalKafka(LocalKafka):
             "DUETIME_KAFKA_SASL_PASSWORD": self.users[user],
             "DUETIME_KAFKA_SSL_CA_LOCATION": str(self.ca_file),
         }
+
+    def issue_client_certificate(self, name: str, key_password: str) -> tuple[Path, Path]:
+        """A client certificate for ``CN=name`` signed by the broker's CA, and its private key
+        encrypted with ``key_password``: (certificate file, key file). Call after start."""
+        if not (_SAFE_RE.match(name) and _SAFE_RE.match(key_password)):
+            raise ValueError("names and key passwords may hold only letters, digits, '_', '-'")
+        d = self.tls_dir
+        cert, key = d / f"client-{name}.pem", d / f"client-{name}.key"
+        (d / "client.ext").write_text("extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n")
+        _openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-keyout", key, "-passout", f"pass:{key_password}",
+            "-out", d / f"client-{name}.csr", "-subj", f"/CN={name}",
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", d / f"client-{name}.csr", "-CA", self.ca_file,
+            "-CAkey", d / "ca.key", "-CAcreateserial", "-out", cert,
+            "-days", "7", "-extfile", d / "client.ext",
+        )  # fmt: skip
+        return cert, key
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        """The ``bootstrap.servers`` of the mutual TLS listener."""
+        if self.mtls_port is None:
+            raise InfraError("this broker has no mutual TLS listener (mtls_port)")
+        return f"127.0.0.1:{self.mtls_port}"
 
     def client_conf(self) -> dict[str, str]:
         """librdkafka properties of the first user (SCRAM-SHA-256): the readiness probe."""
@@ -109,6 +142,25 @@ class SecureLocalKafka(LocalKafka):
         )
         if replaced.count(secure) != 2 or "SASL_SSL:SASL_SSL" not in replaced:
             raise InfraError("the base broker properties changed shape: cannot add SASL_SSL")
+        mtls = ""
+        if self.mtls_port is not None:
+            ssl_listener = f"SSL://127.0.0.1:{self.mtls_port}"
+            replaced = (
+                replaced.replace(f"{secure},CONTROLLER", f"{secure},{ssl_listener},CONTROLLER")
+                .replace(
+                    f"advertised.listeners={internal},{secure}",
+                    f"advertised.listeners={internal},{secure},{ssl_listener}",
+                )
+                .replace("SASL_SSL:SASL_SSL,", "SASL_SSL:SASL_SSL,SSL:SSL,")
+            )
+            if replaced.count(ssl_listener) != 2 or "SSL:SSL," not in replaced:
+                raise InfraError("the base broker properties changed shape: cannot add SSL")
+            # only this listener asks for client certificates, checked against the test CA
+            mtls = f"""\
+listener.name.ssl.ssl.client.auth=required
+ssl.truststore.type=PEM
+ssl.truststore.location={self.ca_file}
+"""
         plain_users = " ".join(f'user_{n}="{p}"' for n, p in self.users.items())
         password = self._keystore_password_file.read_text().strip()
         scram_jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -127,9 +179,9 @@ ssl.keystore.type=PKCS12
 ssl.keystore.location={self._keystore}
 ssl.keystore.password={password}
 ssl.key.password={password}
-# server authentication only: clients prove who they are with SASL
+# server authentication only on SASL_SSL: clients prove who they are with SASL
 ssl.client.auth=none
-"""
+{mtls}"""
         )
 
     # ------------------------------------------------------------------ internals

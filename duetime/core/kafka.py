@@ -13,6 +13,7 @@ every secret value masked.
 from __future__ import annotations
 
 import enum
+import re
 import time
 import uuid
 from typing import Any
@@ -152,6 +153,7 @@ def admin(settings: CommonSettings) -> AdminClient:
 
 # librdkafka codes that mean "the configuration is wrong", not "the broker is away"
 _CREDENTIALS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+_TLS_ALERT_RE = re.compile(r"ssl/tls alert|SSL alert number|certificate required", re.IGNORECASE)
 
 
 def check_connection(settings: CommonSettings, timeout_s: float = 10.0) -> None:
@@ -182,7 +184,7 @@ def check_connection(settings: CommonSettings, timeout_s: float = 10.0) -> None:
             err = exc.args[0] if exc.args else None
             last = err.str() if isinstance(err, KafkaError) else str(exc)
         client.poll(0)
-        refused = [e for e in seen if e.code() in (*_CREDENTIALS, KafkaError._SSL)]
+        refused = [e for e in seen if _refusal(e)]
         if refused:
             raise _login_refused(settings, refused[-1])
         if time.monotonic() >= deadline:
@@ -194,9 +196,21 @@ def check_connection(settings: CommonSettings, timeout_s: float = 10.0) -> None:
     )
 
 
+def _refusal(err: KafkaError) -> bool:
+    """A refused login or TLS handshake (a broker that is merely away is no refusal)."""
+    return err.code() in (*_CREDENTIALS, KafkaError._SSL) or _tls_alert(err)
+
+
+def _tls_alert(err: KafkaError) -> bool:
+    # A broker refusing the client's certificate (or the lack of one) under TLS 1.3 answers
+    # with an alert after the handshake: librdkafka reports a transport error quoting it.
+    return err.code() == KafkaError._TRANSPORT and bool(_TLS_ALERT_RE.search(err.str()))
+
+
 def _login_refused(settings: CommonSettings, err: KafkaError) -> ConfigError:
     props = settings.kafka_properties
-    what = "TLS handshake failed" if err.code() == KafkaError._SSL else "refused the login"
+    tls = err.code() == KafkaError._SSL or _tls_alert(err)
+    what = "TLS handshake failed" if tls else "refused the login"
     security = [n for n, _ in props.items if n.startswith(("sasl.", "ssl.", "security."))]
     where = ", ".join(sorted({props.source(n) for n in security})) or "no security property"
     return ConfigError(

@@ -38,7 +38,8 @@ from duetime.schemas.codec import Codec
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureLocalKafka]:
     users = {"alice": secrets.token_hex(12), "bob": secrets.token_hex(12)}
     kafka_home = tmp_path_factory.mktemp("kafka-sasl-ssl")
-    node = SecureLocalKafka(kafka_home, free_port(), free_port(), free_port(), users)
+    port, controller, internal, mtls = (free_port() for _ in range(4))
+    node = SecureLocalKafka(kafka_home, port, controller, internal, users, mtls_port=mtls)
     try:
         took_s = node.start(timeout_s=180)
         print(f"SASL_SSL broker ready in {took_s:.1f} s")  # a figure for the report (-s)
@@ -192,19 +193,38 @@ def test_the_cli_creates_every_topic_on_the_secured_broker(broker: SecureLocalKa
     assert broker.users["bob"] not in done.stdout + done.stderr
 
 
-def test_the_resolvers_client_library_reaches_it_from_the_same_variables(
-    broker: SecureLocalKafka,
-) -> None:
+def test_mutual_tls_with_a_client_certificate(broker: SecureLocalKafka) -> None:
+    key_password = secrets.token_hex(8)
+    cert, key = broker.issue_client_certificate("carol", key_password)
+    env = {
+        "DUETIME_KAFKA_BOOTSTRAP": broker.mtls_bootstrap,
+        "DUETIME_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "DUETIME_KAFKA_SSL_CA_LOCATION": str(broker.ca_file),
+        "DUETIME_KAFKA_SSL_CERTIFICATE_LOCATION": str(cert),
+        "DUETIME_KAFKA_SSL_KEY_LOCATION": str(key),
+        "DUETIME_KAFKA_SSL_KEY_PASSWORD": key_password,
+    }
+    settings = _settings(env)
+    assert key_password not in repr(settings)
+    _round_trip(settings)
+    _aiokafka_round_trip(_settings(env))  # the encrypted key loads in Python's ssl too
+    # the same without a certificate: the listener refuses the client
+    anonymous = {k: v for k, v in env.items() if "CERTIFICATE" not in k and "KEY" not in k}
+    with pytest.raises(ConfigError) as info:
+        kafka.check_connection(_settings(anonymous), timeout_s=15)
+    assert "TLS handshake failed" in info.value.message
+
+
+def _aiokafka_round_trip(settings: CommonSettings) -> None:
     """aiokafka (faust's client) with aiokafka_auth's arguments: what the resolver needs."""
     from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]  # no stubs shipped
 
-    settings = _settings(broker.client_env("bob", "SCRAM-SHA-512"))
     topic = settings.topic_prefix + "aiokafka"
     _create_topic(settings, topic)
 
     async def send() -> None:
         auth = aiokafka_auth(settings.kafka_properties)
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, **auth.kwargs())
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, **auth.kwargs())
         await producer.start()
         try:
             await producer.send_and_wait(topic, b"from aiokafka")
@@ -214,6 +234,12 @@ def test_the_resolvers_client_library_reaches_it_from_the_same_variables(
     asyncio.run(send())
     [msg] = _read(kafka.consumer(settings, f"{topic}-reader"), topic, 1)
     assert msg.value() == b"from aiokafka"
+
+
+def test_the_resolvers_client_library_reaches_it_from_the_same_variables(
+    broker: SecureLocalKafka,
+) -> None:
+    _aiokafka_round_trip(_settings(broker.client_env("bob", "SCRAM-SHA-512")))
 
 
 def test_nobody_listening_is_a_retryable_error_naming_the_servers() -> None:
