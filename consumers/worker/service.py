@@ -116,7 +116,12 @@ class Worker:
         self._started = False
         self._seq = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self._loop = asyncio.get_running_loop()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "build the Worker inside a coroutine on the event loop that will run it"
+            ) from None
         self.exit_code = 0
         self._committed_at = 0.0
         self.codec = Codec(registry_url=self.common.schema_registry_url)
