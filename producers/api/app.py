@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from duetime import __version__
 from duetime.core import kafka
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import Env
 from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
@@ -40,7 +41,9 @@ validation; reads come from the PostgreSQL projection. Every error has the body
 `{"error": {"code", "message", "details"}}`."""
 
 
-def create_app(settings: ApiSettings) -> FastAPI:
+def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI:
+    """The app; ``clock`` is the one wall clock of its writes and reads (``Resources.now``)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -53,7 +56,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
             open=False,
         )
         await pool.open(wait=False)
-        client = JobClient(settings=settings.common, max_payload_bytes=settings.max_payload_bytes)
+        client = JobClient(
+            settings=settings.common, max_payload_bytes=settings.max_payload_bytes, clock=clock
+        )
         writer = Writer(client, settings.publish_timeout_s)
         # one admin client for the process: each one holds its own broker connections and
         # threads (a new one per /readyz grew the API from 11 to 39 threads over 80 calls)
