@@ -11,11 +11,12 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from .errors import ConfigError
 from .kafka_properties import ENV_PREFIX, NONE, KafkaProperties
+from .redact import redact_url
 
 T = TypeVar("T", int, float)
 
@@ -112,6 +113,16 @@ class CommonSettings:
     kafka_properties: KafkaProperties = NONE
     """librdkafka properties for every client (TLS, SASL, tuning): ``DUETIME_KAFKA_<NAME>``
     variables and ``DUETIME_KAFKA_PROPERTIES_FILE``; its repr masks secrets."""
+
+    def __repr__(self) -> str:
+        # A settings object may be logged or shown in an error: URLs lose their passwords
+        # (kafka_properties masks its own secrets).
+        shown = {
+            f.name: redact_url(v) if f.name.endswith("_url") and isinstance(v, str) else v
+            for f in fields(self)
+            for v in (getattr(self, f.name),)
+        }
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @classmethod
     def from_env(cls, env: Env) -> CommonSettings:

@@ -297,3 +297,12 @@ def test_kafka_properties_are_hashable_values() -> None:
     a = KafkaProperties.of([("x.y", "1", "A"), ("x.y", "2", "B")])
     assert a.as_dict() == {"x.y": "2"} and a.source("x.y") == "B"
     assert hash(a) == hash(KafkaProperties.of([("x.y", "2", "B")]))
+
+
+def test_settings_repr_hides_url_passwords_too() -> None:
+    env = {
+        "DUETIME_DATABASE_URL": "postgresql://duetime:pg-hunter2@db:5432/duetime",
+        "DUETIME_SCHEMA_REGISTRY_URL": "https://user:reg-hunter2@registry:8081",
+    }
+    shown = repr(CommonSettings.from_env(Env(env)))
+    assert "hunter2" not in shown and "@db:5432/duetime" in shown and "registry:8081" in shown
