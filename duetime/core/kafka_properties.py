@@ -48,10 +48,12 @@ OWN_VARIABLES = frozenset(
 
 RESERVED: Mapping[str, str] = {
     "bootstrap.servers": "set DUETIME_KAFKA_BOOTSTRAP instead",
+    "metadata.broker.list": "set DUETIME_KAFKA_BOOTSTRAP instead",  # librdkafka's alias
     "group.id": "each role names its own consumer groups",
     "transactional.id": "schedulers derive one per partition (zombie fencing)",
     "enable.idempotence": "duetime's producers must not write a retried record twice",
     "enable.auto.commit": "offsets are committed after the work, or inside a transaction",
+    "auto.commit.enable": "offsets are committed after the work, or inside a transaction",
     "isolation.level": "consumers must never see aborted transactions (read_committed)",
     "auto.offset.reset": "a new consumer group must read from the start (earliest)",
     "partition.assignment.strategy": "co-partitioned topics need the range assignor",

@@ -105,6 +105,8 @@ def test_duetime_own_kafka_variables_are_no_properties() -> None:
     ("variable", "hint"),
     [
         ("DUETIME_KAFKA_BOOTSTRAP_SERVERS", "DUETIME_KAFKA_BOOTSTRAP"),
+        ("DUETIME_KAFKA_METADATA_BROKER_LIST", "DUETIME_KAFKA_BOOTSTRAP"),
+        ("DUETIME_KAFKA_AUTO_COMMIT_ENABLE", "auto.commit.enable"),
         ("DUETIME_KAFKA_GROUP_ID", "group.id"),
         ("DUETIME_KAFKA_ENABLE_AUTO_COMMIT", "enable.auto.commit"),
         ("DUETIME_KAFKA_ISOLATION_LEVEL", "read_committed"),
