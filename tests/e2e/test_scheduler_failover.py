@@ -7,6 +7,7 @@ The checker: a read_committed consumer over the execution topics must see every
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -49,8 +50,7 @@ def roles() -> Iterator[list[Role]]:
     started: list[Role] = []
     yield started
     for role in started:
-        role.resume() if role.process.poll() is None else None
-        role.kill()
+        role.kill()  # continues a paused one first
 
 
 def group_assignment(settings: CommonSettings) -> dict[str, set[int]]:
@@ -84,6 +84,11 @@ def owned_by(settings: CommonSettings, n_members: int) -> dict[str, set[int]]:
     result = wait_for(ready, 60, f"{n_members} schedulers to share all partitions")
     assert result is not None
     return result
+
+
+def owned_in_log(role: Role) -> set[int]:
+    """The partitions a scheduler's log says it took (restored and fenced its producer)."""
+    return {int(p) for p in re.findall(r"owning partition (\d+)", role.log())}
 
 
 def load(client: JobClient, start: datetime) -> tuple[list[str], list[str]]:
@@ -186,7 +191,8 @@ def _scenario(
             "every job and cron occurrence to fire",
             interval_s=0.5,
         )
-        time.sleep(2)  # late duplicates, if any, would arrive now
+        # "no late duplicate": a window in which nothing may arrive, so a sleep on purpose
+        time.sleep(2)
         return check_exactly_once(reader, once, crons, start)
     finally:
         reader.close()
@@ -196,6 +202,7 @@ def test_sigkill_failover_fires_everything_exactly_once(
     wide: CommonSettings, roles: list[Role]
 ) -> None:
     def kill_one(start: datetime) -> None:
+        # when the fault strikes (a third into the load) is the scenario's, not a settling
         time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + LOAD_S / 3)
         roles[0].kill()
 
@@ -205,10 +212,18 @@ def test_sigkill_failover_fires_everything_exactly_once(
 
 def test_zombie_scheduler_is_fenced(wide: CommonSettings, roles: list[Role]) -> None:
     def stop_and_continue(start: datetime) -> None:
+        # when the fault strikes (a quarter into the load) is the scenario's, not a settling
         time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + LOAD_S / 4)
         roles[0].pause()
         owned_by(wide, 1)  # the other one took everything over
-        time.sleep(3)
+        # ... and has taken each partition in hand (its transactional producer is initialised,
+        # so the zombie's is fenced) before the zombie wakes
+        survivor = roles[1]
+        survivor.wait_ready(
+            lambda: owned_in_log(survivor) == set(range(wide.partitions)),
+            60,
+            "the survivor to own every partition",
+        )
         roles[0].resume()  # whatever it had in hand must stay invisible
 
     _scenario(wide, roles, stop_and_continue)
@@ -216,6 +231,7 @@ def test_zombie_scheduler_is_fenced(wide: CommonSettings, roles: list[Role]) -> 
 
 def test_scale_out_during_load(wide: CommonSettings, roles: list[Role]) -> None:
     def add_third(start: datetime) -> None:
+        # when the new member arrives (a third into the load) is the scenario's
         time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + LOAD_S / 3)
         roles.append(Role.start("sched-c", ["scheduler"], role_env(wide)))
         owned_by(wide, 3)

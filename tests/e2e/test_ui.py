@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from tests.e2e.procs import Role, role_env
 from tests.helpers import wait_for
 from tests.integration.test_worker_support import Sink
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "ui-test-token-0123456789abcdef"
 XSS_NAME = "<script>alert(1)</script>"
 TASKS = "tests.e2e.test_dag_tasks"
@@ -67,7 +65,6 @@ def stack(settings: CommonSettings) -> Iterator[Stack]:
     port = free_port()
     env = role_env(
         settings,
-        PYTHONPATH=str(ROOT),
         DUETIME_API_PORT=str(port),
         DUETIME_API_TOKENS=TOKEN,
         DUETIME_MISFIRE_THRESHOLD_S="60",
@@ -314,7 +311,9 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
         shot(page, "jobs")
         page.goto(f"{stack.url}/ui/#/")
         expect(page.locator("figure.chart-card svg.chart polyline").first).to_be_visible()
-        time.sleep(11)  # two lag samples, for the line
+        # the lag chart has a line (two samples at least; the page samples every 5 s)
+        lag_line = page.locator('svg.chart[aria-label^="Consumer lag"] polyline').first
+        expect(lag_line).to_have_attribute("points", re.compile(r"\S+\s+\S+"), timeout=WAIT_MS)
         shot(page, "overview")
 
 
@@ -391,5 +390,11 @@ def seed_busy_workload(stack: Stack) -> str:
             target={"type": "python", "ref": f"{TASKS}:ok"},
             priority=("high", "normal", "low")[i % 3],
         )
-    time.sleep(75)  # a few 15 s buckets of executions
+
+    def buckets_with_work() -> int:
+        stats = api.get("/v1/stats/executions", params={"window_s": 900, "bucket_s": 15})
+        return sum(1 for b in stats.json()["buckets"] if sum(b["outcomes"].values()))
+
+    # the charts have a few 15 s buckets of finished executions behind them
+    wait_for(lambda: buckets_with_work() >= 5, 180, "five 15 s buckets of executions", 1)
     return str(invoices["job_id"])
