@@ -113,17 +113,35 @@ class _Route(Generic[R]):
     key: Callable[[R], str]
     own_partition: bool
     """True: the owner's partition number (job-keyed, co-partitioned topics); False: the
-    default partitioner on the key, as the SDK writes them, so they reach their jobs' owners."""
+    producer's default partitioner on the key."""
 
 
 _ROUTES: tuple[_Route[Any], ...] = (
     _Route[ExecutionRequest](
-        lambda o: o.executions, lambda t, r: t.execution(r.priority), lambda r: r.job_id, True
+        records=lambda o: o.executions,
+        topic=lambda t, r: t.execution(r.priority),
+        key=lambda r: r.job_id,
+        own_partition=True,
     ),
-    _Route[DeadLetter](lambda o: o.dead_letters, lambda t, _: t.dlq, lambda r: r.job_id, True),
-    _Route[ControlCommand](lambda o: o.controls, lambda t, _: t.control, lambda r: r.job_id, False),
+    _Route[DeadLetter](
+        records=lambda o: o.dead_letters,
+        topic=lambda t, _: t.dlq,
+        key=lambda r: r.job_id,
+        own_partition=True,
+    ),
+    # commands to other jobs and DAG run events: keyed like the SDK writes them and placed by
+    # the same default partitioner, so they reach their jobs' owners
+    _Route[ControlCommand](
+        records=lambda o: o.controls,
+        topic=lambda t, _: t.control,
+        key=lambda r: r.job_id,
+        own_partition=False,
+    ),
     _Route[DagRunEvent](
-        lambda o: o.dag_run_events, lambda t, _: t.dag_runs, lambda r: r.dag_id, False
+        records=lambda o: o.dag_run_events,
+        topic=lambda t, _: t.dag_runs,
+        key=lambda r: r.dag_id,
+        own_partition=False,
     ),
 )
 """The transaction's table: for each kind of output record, its topic, key and partition."""
