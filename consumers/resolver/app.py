@@ -43,7 +43,9 @@ from typing import Any, TypeAlias
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from duetime.core.aiokafka_auth import aiokafka_auth
 from duetime.core.clock import SYSTEM_CLOCK, Clock
+from duetime.core.config import CommonSettings
 from duetime.core.dag import children, validate_dag
 from duetime.core.errors import CONTENT_ERRORS
 from duetime.core.models import ControlKind, DagRunEventKind, ResultStatus, Status
@@ -104,6 +106,30 @@ class ResolverApp(faust.App):
 # --- the app -------------------------------------------------------------------------------
 
 
+def broker_credentials(common: CommonSettings) -> Any:
+    """faust's credentials for the operator's Kafka security properties (None: plaintext).
+
+    The resolver is the one role on aiokafka rather than librdkafka: the same variables are
+    translated (``duetime.core.aiokafka_auth``), and what aiokafka cannot do as configured
+    (GSSAPI, OAUTHBEARER, inline PEM) stops start-up with an error naming the variable rather
+    than connecting with less security than the operator asked for."""
+    auth = aiokafka_auth(common.kafka_properties)
+    if auth.ignored:
+        log.info(
+            "Kafka properties the resolver's client does not take (tuning): %s",
+            ", ".join(auth.ignored),
+        )
+    if auth.sasl_mechanism is not None:
+        return faust.SASLCredentials(
+            username=auth.username,
+            password=auth.password,
+            mechanism=auth.sasl_mechanism,
+            ssl_context=auth.ssl_context(),
+        )
+    context = auth.ssl_context()
+    return None if context is None else faust.SSLCredentials(context)
+
+
 def build_app(settings: ResolverSettings, data_dir: Path, clock: Clock = SYSTEM_CLOCK) -> faust.App:
     """A configured resolver app with its agents registered (nothing runs until a worker).
 
@@ -130,6 +156,8 @@ def build_app(settings: ResolverSettings, data_dir: Path, clock: Clock = SYSTEM_
         producer_acks=-1,  # a release must survive a broker restart once the input is committed
         # it parks copies of bad input records, up to ~1 MiB each (the default is 1,000,000)
         producer_max_request_size=PRODUCER_MAX_BYTES,
+        # TLS / SASL from the same DUETIME_KAFKA_* variables as the librdkafka roles
+        broker_credentials=broker_credentials(common),
         web_enabled=False,
         autodiscover=False,
     )

@@ -68,7 +68,7 @@ def run_resolver(args: argparse.Namespace) -> int:
 
     setup_logging(common.log_format, common.log_level, role="resolver")
     serve_metrics(args.metrics_port if args.metrics_port is not None else common.metrics_port)
-    create_topics(common.bootstrap_servers, settings.own_topics(), common.replication_factor)
+    create_topics(common, settings.own_topics(), common.replication_factor)
     with tempfile.TemporaryDirectory(prefix="duetime-resolver-") as data_dir:
         app = build_app(settings, Path(data_dir))
         worker: Any = Worker(app, quiet=True, redirect_stdouts=False, loglevel=common.log_level)

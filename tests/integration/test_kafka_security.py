@@ -250,3 +250,47 @@ def test_nobody_listening_is_a_retryable_error_naming_the_servers() -> None:
     with pytest.raises(RetryableError) as info:
         kafka.check_connection(settings, timeout_s=2)
     assert f"127.0.0.1:{port} did not answer within 2 s" in info.value.message
+
+
+def test_the_resolver_role_runs_on_the_secured_broker(broker: SecureLocalKafka) -> None:
+    """The one role on aiokafka (faust) takes the same variables: it creates its topics,
+    joins its group, reads an input and writes the poison copy of a bad record, all over
+    SASL_SSL with SCRAM."""
+    prefix = f"res{uuid.uuid4().hex[:8]}."
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUETIME_")}
+    env.update(
+        broker.client_env("alice", "SCRAM-SHA-256"),
+        DUETIME_TOPIC_PREFIX=prefix,
+        DUETIME_PARTITIONS="1",
+        DUETIME_METRICS_PORT=str(free_port()),
+    )
+    settings = _settings(broker.client_env("alice", "SCRAM-SHA-256"))
+    topics = Topics(prefix)
+    create = subprocess.run(
+        [str(Path(sys.executable).with_name("duetime")), "topics", "create"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert create.returncode == 0, create.stderr[-3000:]
+    resolver = subprocess.Popen(
+        [str(Path(sys.executable).with_name("duetime")), "resolver"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        producer = kafka.producer(settings)
+        producer.produce(topics.results, key=b"k", value=b"\x00not avro")
+        assert producer.flush(30) == 0
+        reader = kafka.consumer(settings, f"{prefix}poison-reader")
+        [parked] = _read(reader, topics.poison, 1, timeout_s=120)
+        headers = dict(parked.headers() or [])
+        assert headers["duetime-role"] == b"resolver"
+        assert parked.value() == b"\x00not avro"
+    finally:
+        resolver.terminate()
+        out, _ = resolver.communicate(timeout=60)
+    assert broker.users["alice"] not in out
