@@ -9,12 +9,7 @@ from __future__ import annotations
 import logging
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
-
-# NewTopic is documented as confluent_kafka.admin.NewTopic, but that module imports it from
-# the C extension without re-exporting it (no `as`, no __all__); the extension's own stub
-# (cimpl.pyi) declares it, so import it from there: same class, and mypy --strict agrees.
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from duetime.core import kafka
 from duetime.core.config import CommonSettings

@@ -24,8 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic  # declared there; admin does not re-export it
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from duetime.infra.local_kafka import LocalKafka
 from duetime.infra.local_postgres import LocalPostgres
