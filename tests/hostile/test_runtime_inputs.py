@@ -85,7 +85,7 @@ def test_raw_job_with_dag_label_does_not_stop_the_scheduler(
         stack.assert_up()
         resp = stack.api.get(f"/v1/jobs/{job_id}")
         if resp.status_code == 200 and resp.json()["status"] in ("failed", "dead"):
-            return "marked " + resp.json()["status"]
+            return "marked " + str(resp.json()["status"])
         for p in stack.parked():
             if (p.topic, p.partition, p.offset) == (stack.topics.jobs, partition, offset):
                 assert p.error, "parked without a reason (header duetime-error)"

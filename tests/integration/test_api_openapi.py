@@ -34,10 +34,10 @@ def test_no_5xx_and_every_answer_matches_the_published_schema(settings: CommonSe
 
         @schema.auth()
         class Bearer:
-            def get(self, case: schemathesis.Case, ctx: object) -> str:
+            def get(self, case: schemathesis.Case[Any], ctx: object) -> str:
                 return TOKEN
 
-            def set(self, case: schemathesis.Case, data: str, ctx: object) -> None:
+            def set(self, case: schemathesis.Case[Any], data: str, ctx: object) -> None:
                 case.headers["Authorization"] = f"Bearer {data}"
 
         operations = [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]  # an invalid schema fails the test here
@@ -54,7 +54,7 @@ def test_no_5xx_and_every_answer_matches_the_published_schema(settings: CommonSe
                     derandomize=True,  # the same examples on every run: no flaky CI
                     suppress_health_check=list(HealthCheck),
                 )
-                def run(case: schemathesis.Case) -> None:
+                def run(case: schemathesis.Case[Any]) -> None:
                     # A schema-valid body may still be an invalid job (a cron that never
                     # fires, an unknown time zone, a bad ref): those are 422 by design, so
                     # "valid data accepted" cannot hold; every other check runs.
@@ -88,15 +88,15 @@ def test_stateful_runs_along_the_links_find_no_5xx(settings: CommonSettings) -> 
         calls: list[tuple[str, int]] = []
 
         class Machine(schema.as_state_machine()):  # type: ignore[misc]  # a generated class
-            def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+            def get_call_kwargs(self, case: schemathesis.Case[Any]) -> dict[str, Any]:
                 # the token on every call: the scenarios are about what follows a create
                 return {"base_url": api.url, "headers": {"Authorization": f"Bearer {TOKEN}"}}
 
-            def after_call(self, response: Any, case: schemathesis.Case) -> None:
+            def after_call(self, response: Any, case: schemathesis.Case[Any]) -> None:
                 calls.append((f"{case.method} {case.path}", response.status_code))
 
             def validate_response(
-                self, response: Any, case: schemathesis.Case, **kwargs: Any
+                self, response: Any, case: schemathesis.Case[Any], **kwargs: Any
             ) -> None:
                 assert response.status_code < 500, (case.method, case.path, response.text)
                 case.validate_response(response, excluded_checks=[positive_data_acceptance])

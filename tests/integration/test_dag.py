@@ -71,10 +71,12 @@ B_DEAD = {"a": "success", "b": "dead", "c": "success", "d": "skipped"}
 
 
 def _success_at(worker: Any, run_id: str, key: str) -> int:
-    return max(
-        r.at_ms
-        for r in worker.reports_of(run_id)
-        if r.request["dag_key"] == key and r.status == "success"
+    return int(
+        max(
+            r.at_ms
+            for r in worker.reports_of(run_id)
+            if r.request["dag_key"] == key and r.status == "success"
+        )
     )
 
 

@@ -86,7 +86,7 @@ def python(ref: str) -> dict[str, Any]:
 
 def outcome(results: TopicReader, job_id: str) -> dict[str, Any]:
     [result] = final(results, job_id)
-    return result
+    return dict(result)
 
 
 def still_serving(running: RunningWorker, requests: Requests, results: TopicReader) -> None:

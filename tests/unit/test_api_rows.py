@@ -4,6 +4,7 @@ cursors round-trip (pure: no broker, no database)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ NOW_MS = 1_790_000_000_123
         },
     ],
 )
-def test_the_api_row_is_the_projector_row(body: dict) -> None:
+def test_the_api_row_is_the_projector_row(body: dict[str, Any]) -> None:
     definition = build_job(body, now_ms=NOW_MS)
     assert api_row(definition) == projector_row(definition)
 

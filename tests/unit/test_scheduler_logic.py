@@ -307,4 +307,5 @@ def test_a_recurring_jobs_next_occurrence_is_queued_after_success() -> None:
     state, _ = on_result(state, result(request, ResultStatus.SUCCESS), due + 10, RNG)
     assert state.status is Status.SUCCESS
     [following] = logic.fire_due(state, due + 1000, logic.Policy()).executions
-    assert state.status is Status.QUEUED and following.scheduled_at_ms == due + 1000
+    after: Status = state.status  # (mypy keeps the narrowing above across the call)
+    assert after is Status.QUEUED and following.scheduled_at_ms == due + 1000
