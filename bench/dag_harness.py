@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,7 +44,7 @@ class RoleProcess:
     proc: RoleProc | None = None
 
     def start(self) -> RoleProcess:
-        name = f"{self.role}-{self.settings.topic_prefix}{time.time_ns()}"
+        name = f"{self.role}-{self.settings.topic_prefix}{uuid.uuid4().hex[:6]}"
         env = role_env(self.settings, DUETIME_INSTANCE_ID=self.role, **self.extra_env)
         self.proc = RoleProc.start(name, [self.role], env, python_args=self.python_args)
         return self

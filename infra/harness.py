@@ -226,7 +226,7 @@ class RoleProc:
                     f"timed out after {timeout_s} s waiting for {self.name}: {what}\n"
                     f"{tail(self.log_path)}"
                 )
-            time.sleep(0.05)
+            time.sleep(0.1)
 
     def wait_log(self, pattern: str, timeout_s: float = 120, *, since_start: bool = False) -> None:
         """Wait until the log (``since_start``: of the current run only) holds a match of the

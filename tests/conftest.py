@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -28,6 +29,9 @@ from psycopg import sql
 
 from duetime.core.config import CommonSettings, Env
 from duetime.core.topics import Topics
+
+if TYPE_CHECKING:
+    from tests.integration.test_worker_support import Sink
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_DB = "duetime_template"
@@ -189,3 +193,13 @@ def settings(services: Services, database_url: str) -> Iterator[CommonSettings]:
         for future in admin.delete_topics([s.name for s in specs]).values():
             with contextlib.suppress(Exception):
                 future.result()
+
+
+@pytest.fixture
+def sink() -> Iterator[Sink]:
+    """An HTTP target on 127.0.0.1 that records every delivery (stopped after the test)."""
+    from tests.integration.test_worker_support import Sink
+
+    s = Sink().start()
+    yield s
+    s.stop()

@@ -17,12 +17,8 @@ from tests.faults.harness import FaultStack, Scenario
 
 @pytest.fixture(scope="session")
 def fault_stack() -> Iterator[FaultStack]:
-    stack = FaultStack("session")
-    try:
-        stack.start()
+    with FaultStack("session") as stack:
         yield stack
-    finally:
-        stack.close()
 
 
 @pytest.fixture

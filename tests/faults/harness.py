@@ -31,7 +31,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -88,12 +88,24 @@ class FaultStack:
     def bootstrap(self) -> str:
         return self.kafka.bootstrap
 
-    def start(self) -> FaultStack:
+    def start(self) -> Self:
+        # marked started first: a half-started stack (the broker up, PostgreSQL failing) is
+        # still stopped by close()
+        self._started = True
         self.kafka.ensure_jars()
         self.kafka.start()
         self.postgres.start()
-        self._started = True
         return self
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Stop both servers (idempotent); drop their data unless ``keep_data``."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -58,11 +58,10 @@ class ProxiedStack(FaultStack):
             extra_listeners=pairs,
         )
 
-    def start(self) -> ProxiedStack:
+    def start(self) -> Self:
         for proxy in self.proxies:
             proxy.start()
-        super().start()
-        return self
+        return super().start()
 
     def close(self) -> None:
         for proxy in self.proxies:
@@ -72,12 +71,8 @@ class ProxiedStack(FaultStack):
 
 @pytest.fixture(scope="module")
 def proxied_stack() -> Iterator[ProxiedStack]:
-    stack = ProxiedStack("network")
-    try:
-        stack.start()
+    with ProxiedStack("network") as stack:
         yield stack
-    finally:
-        stack.close()
 
 
 @pytest.fixture

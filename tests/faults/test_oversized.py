@@ -123,13 +123,6 @@ def test_oversized_jobs_are_refused_at_every_edge_and_write_nothing(
 
 
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def roles(settings: CommonSettings, tmp_path: Path) -> Iterator[dict[str, Role]]:
     env = role_env(
         settings,

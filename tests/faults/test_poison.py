@@ -32,6 +32,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from duetime.core.clock import SYSTEM_CLOCK
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
@@ -111,13 +112,6 @@ class Roles:
         for name, role in self.running.items():
             code = role.process.poll()
             assert code is None, f"{name} exited with {code}:\n{role.log()[-3000:]}"
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink().start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture
@@ -350,7 +344,7 @@ def corrupt_states(
     of now: what a scheduler restoring the partition will try to fire."""
     producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "acks": "all"})
     out: list[Injected] = []
-    wake = str(time.time_ns() // 1_000_000).encode()
+    wake = str(SYSTEM_CLOCK.now_ms()).encode()
     for original in originals:
 
         def delivered(err: Any, msg: Any) -> None:
