@@ -153,7 +153,7 @@ def run_producer(args: argparse.Namespace) -> None:
     app = make_app(args.broker_url, Path(args.records_dir))
     task = app.tasks[HTTP_TASK_NAME if args.sink_url else TASK_NAME]
     total = args.jobs if args.scenario == "burst" else int(args.rate * args.duration_s)
-    t0 = args.t0
+    t0 = float(args.t0)
 
     def due(seq: int) -> float:
         return t0 if args.scenario == "burst" else t0 + seq / args.rate

@@ -317,7 +317,8 @@ def _recovery_s(
     but had no effect yet (in flight), and executions due during the fault; without effects,
     occurrences due before the fault ended whose request came after it started.
     """
-    start, end = fault["start_ms"], fault.get("end_ms") or fault["start_ms"]
+    start: int = fault["start_ms"]
+    end: int = fault.get("end_ms") or start
     done_at: list[int] = []
     progress = (
         first_effect_ms if expect_effects else {e: r["t_ms"] for e, r in first_request.items()}
