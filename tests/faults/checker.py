@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.common import percentiles
+from duetime.core.states import TERMINAL
 
-TERMINAL = {"success", "dead", "skipped", "cancelled"}
 Occurrence = tuple[str, int]
 
 

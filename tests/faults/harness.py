@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Self
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from duetime.core.config import CommonSettings, Env
+from duetime.core.states import TERMINAL
 from duetime.core.topics import Topics
 from duetime.infra.harness import ROOT, RoleProc, assign_all, reader, role_env, wait_for
 from duetime.infra.process import kill_group
@@ -623,9 +624,7 @@ class Scenario:
             except psycopg.Error:
                 return False
             got = {r[0]: r[3] for r in rows}
-            return want <= set(got) and all(
-                got[e] in ("success", "dead", "skipped", "cancelled") for e in want
-            )
+            return want <= set(got) and all(got[e] in TERMINAL for e in want)
 
         projectors = [r for r in self.of_kind("projector")]
         if projectors:
