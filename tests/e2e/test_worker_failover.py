@@ -54,13 +54,6 @@ def partitions_of(role: Role) -> int:
 
 
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
     running = RunningScheduler(SchedulerSettings(common=settings))
     wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own all")

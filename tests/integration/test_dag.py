@@ -55,12 +55,6 @@ def resolver(settings: CommonSettings) -> Iterator[ResolverProcess]:
 
 
 @pytest.fixture
-def client(settings: CommonSettings) -> Iterator[JobClient]:
-    with JobClient(settings=settings) as c:
-        yield c
-
-
-@pytest.fixture
 def dag_runs(settings: CommonSettings) -> Iterator[TopicReader]:
     reader = TopicReader(settings, [Topics(settings.topic_prefix).dag_runs], "dag_run")
     yield reader

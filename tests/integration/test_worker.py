@@ -48,13 +48,6 @@ def worker_settings(settings: CommonSettings, **overrides: Any) -> WorkerSetting
 
 
 @pytest.fixture
-def sink() -> Iterator[Sink]:
-    s = Sink().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
 def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
     running = RunningScheduler(SchedulerSettings(common=settings))
     wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own all")
