@@ -5,10 +5,11 @@ a place where mypy cannot catch a misspelled key. Issue 17 caps them at 100 in t
 core; this script is how they are counted, so the figure in the README can be re-checked.
 
 Counted: every ``ast.Subscript`` whose index is a string literal, in load, store or delete
-position, in the role packages and ``duetime/core`` (tests, bench and the CLI renderers' JSON
-output are not domain code and are not counted). ``--list`` prints each one with its place.
+position, in the role packages, ``duetime/core``, ``schemas`` and ``infra`` (tests and bench
+are not counted). ``--list`` prints each one with its place.
 
-Usage: ``python -m infra.tools.subscripts [--list] [--max N]`` (exit 1 when above ``--max``).
+Usage: ``python -m infra.tools.subscripts [--list] [--total] [--max N]``
+(exit 1 when above ``--max``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print every subscript")
     parser.add_argument("--max", type=int, default=None, help="fail when the total is above")
+    parser.add_argument("--total", action="store_true", help="print only the total")
     args = parser.parse_args(argv)
     per_file: Counter[str] = Counter()
     for path in files():
@@ -60,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.list:
                 print(f"{rel}:{line}: [{key!r}]")
     total = sum(per_file.values())
-    for rel, count in per_file.most_common():
-        print(f"{count:5d}  {rel}")
+    if not args.total:
+        for rel, count in per_file.most_common():
+            print(f"{count:5d}  {rel}")
     print(f"{total:5d}  total string-key subscripts in the roles and core")
     if args.max is not None and total > args.max:
         print(f"above the cap of {args.max}", file=sys.stderr)
