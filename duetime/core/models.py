@@ -92,6 +92,8 @@ class ErrorReason(StrEnum):
     UNKNOWN_TARGET = "unknown_target"
     LOST_LEASE = "lost_lease"
     CANCELLED = "cancelled"
+    LOST = "lost"
+    """No result came for the attempt through the scheduler's bounded rescues (issue 14)."""
 
 
 class DagRunEventKind(StrEnum):

@@ -320,6 +320,8 @@ class InflightExecution(AvroRecord):
     lease_token: int = 0
     series_start: int = 1
     dag_run_id: str | None = None
+    rescues: int = 0
+    deadline_ms: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)
