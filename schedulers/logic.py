@@ -7,8 +7,20 @@ offsets, so every state change and every execution request happen exactly once.
 
 State is a :class:`SchedulerState` record, edited in place. ``inflight`` lists the executions
 of the job that are queued, running, or failed and waiting for their retry; a job's wake-up
-time (``wake_at_ms``) is the earliest of its next scheduled run and its retries. Every change
-of the job's status goes through :func:`duetime.core.states.transition`.
+time (``wake_at_ms``) is the earliest of its next scheduled run, its retries and the rescue
+deadlines of its live executions. Every change of the job's status goes through
+:func:`duetime.core.states.transition`.
+
+The rescuer (issue 14, item 2): a queued or running execution whose result does not come by its
+``deadline_ms`` is re-emitted as it was (same execution id, attempt and trigger); the worker's
+fenced lease decides what the copy does (a live holder keeps the lease and the copy is dropped,
+a finished lease makes the worker republish the recorded result, an expired lease lets the copy
+run). A queued attempt's deadline is its emission + the job's timeout + the workers' lease TTL +
+a grace period; a running attempt's is the scheduler's receipt of its "running" result + the
+same (the run ends by its start + timeout, the worker enforcing it, and a dead holder's lease
+expires one TTL after its last renewal). After ``max_rescues`` re-emissions, or once a copy
+could reach a worker after the finished lease was purged (``rescue_horizon_ms``), the attempt
+fails with reason ``lost`` and the job's retry policy applies.
 """
 
 from __future__ import annotations
@@ -69,6 +81,39 @@ class Policy:
     """An occurrence later than this when it is handled counts as missed (misfire policy)."""
     catch_up_cap: int = 100
     catch_up_window_s: float = 24 * 3600.0
+    lease_ttl_ms: int = 10_000
+    """The workers' lease TTL (DUETIME_LEASE_TTL_S): a dead holder is fenced out this late."""
+    rescue_grace_ms: int = 30_000
+    """Slack on top of timeout + lease TTL before a missing result counts as lost."""
+    max_rescues: int = 3
+    """Re-emissions of one attempt before it fails with reason ``lost``."""
+    rescue_horizon_ms: int = 7 * 24 * 3600 * 1000 // 2
+    """No rescue of an attempt that became due longer ago than this: half the workers' finished
+    lease retention (DUETIME_LEASE_RETENTION_S), so a copy has the other half to reach a worker
+    before the finished lease it must meet is purged (or the work would run twice)."""
+
+    def rescue_window_ms(self, definition: JobDefinition) -> int:
+        """How long an execution of this job may go without a result before it is rescued."""
+        return int(definition.timeout_s * 1000) + self.lease_ttl_ms + self.rescue_grace_ms
+
+
+DEFAULT_POLICY = Policy()
+
+
+@dataclass(frozen=True, slots=True)
+class Rescue:
+    """One rescue or one ``lost`` failure, for the partition's log line and metrics once the
+    transaction that carries it committed."""
+
+    job_id: str
+    execution_id: str
+    attempt: int
+    rescues: int
+    """Re-emissions of this attempt so far (this one included, for a rescue)."""
+    status: Status
+    """The execution's status when its deadline passed (queued or running)."""
+    overdue_ms: int
+    lost: bool = False
 
 
 @dataclass(slots=True)
@@ -81,6 +126,9 @@ class Outputs:
     """Control commands for other jobs (a DAG run's ``dag_run_start`` to every member)."""
     dag_run_events: list[DagRunEvent] = field(default_factory=list)
     """DagRunEvents (a DAG run started), for the dag_runs topic."""
+    rescues: list[Rescue] = field(default_factory=list)
+    """Executions re-emitted or failed ``lost`` by the rescuer (their requests, if any, are in
+    ``executions`` too)."""
     state_changed: bool = False
 
     def extend(self, other: Outputs) -> None:
@@ -89,6 +137,7 @@ class Outputs:
         self.dead_letters += other.dead_letters
         self.controls += other.controls
         self.dag_run_events += other.dag_run_events
+        self.rescues += other.rescues
         self.state_changed |= other.state_changed
 
     def records(self) -> bool:
@@ -104,9 +153,19 @@ def retry_policy_of(definition: JobDefinition) -> RetryPolicy:
     return RetryPolicy(r.max_retries, r.base_delay_s, r.max_delay_s, r.jitter)
 
 
+_LIVE = (Status.QUEUED, Status.RUNNING)
+"""Statuses of an in-flight execution that waits for a result (it has a rescue deadline)."""
+
+
 def wake_at_ms(state: SchedulerState) -> int | None:
-    """The earliest instant this job needs the timer: next run or a retry."""
-    candidates = [e.due_at_ms for e in state.inflight if e.status is Status.FAILED]
+    """The earliest instant this job needs the timer: next run, a retry or a rescue deadline.
+
+    A live entry without a deadline (a state written before rescues existed) wakes the job at
+    once, so ``fire_due`` gives it one: no execution stays in flight without a deadline."""
+    candidates = [
+        e.due_at_ms if e.status is Status.FAILED or e.deadline_ms is None else e.deadline_ms
+        for e in state.inflight
+    ]
     if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
         candidates.append(state.next_run_at_ms)
     return min(candidates) if candidates else None
@@ -371,9 +430,19 @@ def on_control(
         log.warning("unknown control kind %s ignored", command.kind, extra={"job_id": state.job_id})
         return state, out
     if apply(state, command, now_ms, policy, out):
+        _arm_deadlines(state, now_ms, policy)
         state.updated_at_ms = now_ms
         out.state_changed = True
     return state, out
+
+
+def _arm_deadlines(state: SchedulerState, now_ms: int, policy: Policy) -> None:
+    """Give every live execution emitted in this step (or restored without one) its deadline:
+    one place, whatever path emitted it."""
+    window = policy.rescue_window_ms(state.definition)
+    for entry in state.inflight:
+        if entry.deadline_ms is None and entry.status in _LIVE:
+            entry.deadline_ms = now_ms + window
 
 
 def _catch_up(state: SchedulerState, now_ms: int, policy: Policy, out: Outputs) -> None:
@@ -403,7 +472,11 @@ def _catch_up(state: SchedulerState, now_ms: int, policy: Policy, out: Outputs) 
 
 
 def on_result(
-    state: SchedulerState | None, result: ExecutionResult, now_ms: int, rng: random.Random
+    state: SchedulerState | None,
+    result: ExecutionResult,
+    now_ms: int,
+    rng: random.Random,
+    policy: Policy = DEFAULT_POLICY,
 ) -> tuple[SchedulerState | None, Outputs]:
     """A worker's report. Stale reports (other attempt, lower fencing token) change nothing."""
     out = Outputs()
@@ -417,6 +490,10 @@ def on_result(
         if entry.status is Status.RUNNING:
             return state, out
         entry.status = Status.RUNNING
+        # the run ends by its start + timeout (the worker enforces it), or its holder died and
+        # its lease expires one TTL after the last renewal: judged from this receipt, on this
+        # scheduler's clock (the worker's clock is not compared with ours)
+        entry.deadline_ms = now_ms + policy.rescue_window_ms(state.definition)
         _move(state, Event.START)
     elif result.status is ResultStatus.SUCCESS:
         state.inflight.remove(entry)
@@ -426,6 +503,7 @@ def on_result(
         if entry.status is Status.FAILED:
             return state, out  # this attempt's failure was applied already (a republished result)
         _on_failure(state, entry, result, now_ms, rng, out)
+    _arm_deadlines(state, now_ms, policy)  # an execution fired by overlap=queue_one
     state.updated_at_ms = now_ms
     out.state_changed = True
     return state, out
@@ -445,14 +523,28 @@ def _on_failure(
     out: Outputs,
 ) -> None:
     error = result.error or _NO_ERROR
-    entry.errors.append(
-        AttemptError(
-            attempt=entry.attempt,
-            at_ms=result.finished_at_ms or now_ms,
-            error=error,
-            worker_id=result.worker_id,
-        )
+    attempt_error = AttemptError(
+        attempt=entry.attempt,
+        at_ms=result.finished_at_ms or now_ms,
+        error=error,
+        worker_id=result.worker_id,
     )
+    _fail_attempt(state, entry, attempt_error, result.retry_after_s, now_ms, rng, out)
+
+
+def _fail_attempt(
+    state: SchedulerState,
+    entry: InflightExecution,
+    attempt_error: AttemptError,
+    retry_after_s: float | None,
+    now_ms: int,
+    rng: random.Random,
+    out: Outputs,
+) -> None:
+    """The latest attempt failed: a retry when the policy allows it, else dead."""
+    error = attempt_error.error
+    entry.errors.append(attempt_error)
+    entry.deadline_ms = None  # nothing to rescue while it waits for its retry
     policy = retry_policy_of(state.definition)
     series_attempt = entry.attempt - entry.series_start + 1
     can_retry = (
@@ -461,7 +553,7 @@ def _on_failure(
         and should_retry(series_attempt, policy)
     )
     if can_retry:
-        delay_s = result.retry_after_s
+        delay_s = retry_after_s
         if delay_s is None:
             delay_s = retry_delay_s(series_attempt - 1, policy, rng)
         entry.status = Status.FAILED
@@ -519,12 +611,16 @@ def _dead_letter(state: SchedulerState, entry: InflightExecution, now_ms: int) -
 def fire_due(
     state: SchedulerState, now_ms: int, policy: Policy, owned_since_ms: int | None = None
 ) -> Outputs:
-    """Everything of this job that is due at ``now_ms``: retries, then the next occurrence."""
+    """Everything of this job that is due at ``now_ms``: rescues, retries, then the next
+    occurrence."""
     out = Outputs()
-    for entry in state.inflight:
-        if entry.status is Status.FAILED and entry.due_at_ms <= now_ms:
+    for entry in list(state.inflight):  # a lost attempt with no retry left leaves the list
+        if entry.status in _LIVE:
+            _check_deadline(state, entry, now_ms, policy, out)
+        elif entry.status is Status.FAILED and entry.due_at_ms <= now_ms:
             entry.attempt += 1
             entry.status = Status.QUEUED
+            entry.rescues = 0
             out.executions.append(
                 execution_request(state, entry, now_ms, trigger=Trigger.RETRY, due=entry.due_at_ms)
             )
@@ -535,8 +631,64 @@ def fire_due(
         _fire_schedule(state, next_ms, now_ms, policy, out, owned_since_ms)
         out.state_changed = True
     if out.state_changed:
+        _arm_deadlines(state, now_ms, policy)
         state.updated_at_ms = now_ms
     return out
+
+
+def _check_deadline(
+    state: SchedulerState, entry: InflightExecution, now_ms: int, policy: Policy, out: Outputs
+) -> None:
+    """A live execution whose deadline passed: re-emit it, or fail it ``lost``."""
+    if entry.deadline_ms is None:  # restored from a state written before rescues existed
+        out.state_changed = True  # fire_due arms it
+        return
+    if entry.deadline_ms > now_ms:
+        return
+    out.state_changed = True
+    overdue_ms = now_ms - entry.deadline_ms
+    if entry.rescues >= policy.max_rescues or now_ms - entry.due_at_ms > policy.rescue_horizon_ms:
+        out.rescues.append(_rescue(state, entry, overdue_ms, lost=True))
+        _lose(state, entry, now_ms, out)
+        return
+    entry.rescues += 1
+    entry.deadline_ms = now_ms + policy.rescue_window_ms(state.definition)
+    out.rescues.append(_rescue(state, entry, overdue_ms))
+    # the very request its attempt was emitted with: a retry was emitted as such
+    trigger = Trigger.RETRY if entry.attempt > 1 else entry.trigger
+    out.executions.append(execution_request(state, entry, now_ms, trigger=trigger))
+
+
+def _rescue(
+    state: SchedulerState, entry: InflightExecution, overdue_ms: int, *, lost: bool = False
+) -> Rescue:
+    return Rescue(
+        state.job_id,
+        entry.execution_id,
+        entry.attempt,
+        entry.rescues,
+        entry.status,
+        overdue_ms,
+        lost,
+    )
+
+
+def _lose(state: SchedulerState, entry: InflightExecution, now_ms: int, out: Outputs) -> None:
+    """No result came through every rescue: the attempt fails ``lost`` (retryable: the retry
+    policy decides). A retry is a new attempt, which takes the lease over from this one."""
+    error = ErrorInfo(
+        type="Lost",
+        message=(
+            f"no result for attempt {entry.attempt} after {entry.rescues} rescue(s): "
+            "the execution was lost on its way to or from a worker"
+        ),
+        retryable=True,
+        reason=ErrorReason.LOST,
+    )
+    attempt_error = AttemptError(attempt=entry.attempt, at_ms=now_ms, error=error)
+    # the jitter of a lost attempt's retry is drawn from its identity: the transform stays pure
+    rng = random.Random(f"{entry.execution_id}/{entry.attempt}")
+    _fail_attempt(state, entry, attempt_error, None, now_ms, rng, out)
 
 
 def _fire_schedule(

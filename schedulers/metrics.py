@@ -44,3 +44,13 @@ CONSUMER_LAG = Gauge(
     "Records of the scheduler's inputs not consumed yet, per topic (owned partitions)",
     ["topic"],
 )
+RESCUES = Counter(
+    "duetime_scheduler_rescues_total",
+    "Execution requests re-emitted because no result came by their deadline, by the "
+    "execution's status then (queued: never started; running: its result never came)",
+    ["status"],
+)
+LOST = Counter(
+    "duetime_scheduler_lost_attempts_total",
+    "Attempts failed with reason lost: no result through every rescue (the retry policy applies)",
+)

@@ -314,7 +314,7 @@ class PartitionOwner:
             control_new, out = logic.on_control(state, record, now_ms, self.policy)
             self._check_sizes(out)
             return control_new, out
-        return logic.on_result(state, record, now_ms, self.rng)
+        return logic.on_result(state, record, now_ms, self.rng, self.policy)
 
     def _park(self, msg: Message, exc: Exception) -> None:
         """Send a record this scheduler cannot use to the poison topic, in the transaction."""
@@ -506,6 +506,37 @@ class PartitionOwner:
                 max(0, now_ms - request.due_at_ms) / 1000
             )
         metrics.DEAD_LETTERS.inc(len(p.out.dead_letters))
+        for rescue in p.out.rescues:  # logged once committed: an aborted cycle rescued nothing
+            self._report_rescue(rescue)
+
+    def _report_rescue(self, rescue: logic.Rescue) -> None:
+        extra = {
+            "job_id": rescue.job_id,
+            "execution_id": rescue.execution_id,
+            "attempt": rescue.attempt,
+            "rescues": rescue.rescues,
+            "status": rescue.status.value,
+            "overdue_ms": rescue.overdue_ms,
+            "partition": self.partition,
+        }
+        if rescue.lost:
+            metrics.LOST.inc()
+            log.warning(
+                "execution %s attempt %s lost: no result after %s rescue(s)",
+                rescue.execution_id,
+                rescue.attempt,
+                rescue.rescues,
+                extra=extra,
+            )
+            return
+        metrics.RESCUES.labels(status=rescue.status.value).inc()
+        log.warning(
+            "execution %s attempt %s rescued (%s): no result by its deadline, re-emitted",
+            rescue.execution_id,
+            rescue.attempt,
+            rescue.rescues,
+            extra=extra,
+        )
 
     def _recover(self, exc: KafkaException, consumer: Consumer) -> None:
         kind = classify(exc)

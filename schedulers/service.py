@@ -46,6 +46,10 @@ class Scheduler:
             misfire_threshold_ms=int(settings.misfire_threshold_s * 1000),
             catch_up_cap=settings.catch_up_cap,
             catch_up_window_s=settings.catch_up_window_s,
+            lease_ttl_ms=int(settings.lease_ttl_s * 1000),
+            rescue_grace_ms=int(settings.rescue_grace_s * 1000),
+            max_rescues=settings.max_rescues,
+            rescue_horizon_ms=int(settings.rescue_horizon_s * 1000),
         )
         self.rng = random.Random()
         self._stop = threading.Event()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from duetime.core.config import CommonSettings, Env
+from duetime.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,32 @@ class SchedulerSettings:
     """How long the broker lets an open transaction of a silent owner block read_committed
     readers before aborting it (only when nobody takes the partition over: a new owner aborts
     it at once)."""
+    lease_ttl_s: float = 10.0
+    """The workers' lease TTL: the same variable as theirs (DUETIME_LEASE_TTL_S), read here to
+    know how late a dead holder is fenced out (part of every rescue deadline)."""
+    rescue_grace_s: float = 30.0
+    """Slack on top of a job's timeout and the lease TTL before a missing result is rescued."""
+    max_rescues: int = 3
+    """Re-emissions of one attempt before it fails with reason ``lost``."""
+    lease_retention_s: float = 7 * 24 * 3600.0
+    """The workers' finished-lease retention (DUETIME_LEASE_RETENTION_S, the same variable):
+    a rescue must meet the finished lease of a run that did end, or the work runs twice."""
+
+    @property
+    def rescue_horizon_s(self) -> float:
+        """No rescue of an attempt that became due longer ago than this: a copy then has the
+        other half of the retention to reach a worker before the lease it must meet is purged
+        (a finished lease is never older than its attempt's due time)."""
+        return self.lease_retention_s / 2
+
+    def __post_init__(self) -> None:
+        # a rescue window (at least TTL + grace) longer than the horizon could never rescue
+        if self.lease_ttl_s + self.rescue_grace_s >= self.rescue_horizon_s:
+            raise ConfigError(
+                "DUETIME_LEASE_TTL_S + DUETIME_SCHEDULER_RESCUE_GRACE_S "
+                f"({self.lease_ttl_s + self.rescue_grace_s:g} s) must stay under half of "
+                f"DUETIME_LEASE_RETENTION_S ({self.lease_retention_s:g} s)"
+            )
 
     @classmethod
     def from_env(cls, env: Env) -> SchedulerSettings:
@@ -70,5 +97,14 @@ class SchedulerSettings:
             ),
             commit_interval_s=env.number(
                 "DUETIME_SCHEDULER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.0, 10.0
+            ),
+            # the bounds are the workers' own (consumers/worker/settings.py)
+            lease_ttl_s=env.number("DUETIME_LEASE_TTL_S", cls.lease_ttl_s, 0.5, 3600.0),
+            rescue_grace_s=env.number(
+                "DUETIME_SCHEDULER_RESCUE_GRACE_S", cls.rescue_grace_s, 0.0, 86400.0
+            ),
+            max_rescues=env.integer("DUETIME_SCHEDULER_MAX_RESCUES", cls.max_rescues, 0, 100),
+            lease_retention_s=env.number(
+                "DUETIME_LEASE_RETENTION_S", cls.lease_retention_s, 3600.0, 365 * 86400.0
             ),
         )

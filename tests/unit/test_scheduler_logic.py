@@ -258,7 +258,8 @@ def test_any_sequence_keeps_the_state_well_formed(
     overlap: str, member: bool, steps: list[tuple[Any, ...]]
 ) -> None:
     """Whatever commands, fires and results arrive, in any order: the status is a Status,
-    execution ids in flight are unique, a cancelled job has nothing to wake up for, a
+    execution ids in flight are unique, every live execution has a rescue deadline, a
+    cancelled job wakes up only to rescue its live executions, a
     redelivered command writes nothing new, and the state always encodes (the changelog can
     always be written)."""
     state = cron_state(overlap, ["a"] if member else [])
@@ -270,8 +271,14 @@ def test_any_sequence_keeps_the_state_well_formed(
         ids = [e.execution_id for e in state.inflight]
         assert len(ids) == len(set(ids))
         assert all(e.job_id == JOB_ID for e in out.executions)
+        live = [e for e in state.inflight if e.status is not Status.FAILED]
+        # every execution that waits for a result has a rescue deadline (nothing is stuck)
+        assert all(e.deadline_ms is not None and e.deadline_ms > now for e in live)
         if state.status is Status.CANCELLED:
-            assert state.next_run_at_ms is None and logic.wake_at_ms(state) is None
+            # a cancelled job wakes only to rescue what it still has in flight
+            deadlines = [e.deadline_ms for e in live if e.deadline_ms is not None]
+            assert state.next_run_at_ms is None
+            assert logic.wake_at_ms(state) == (min(deadlines) if deadlines else None)
         CODEC.load(SchedulerState, CODEC.dump(state))
 
 
