@@ -25,6 +25,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
     settings = SchedulerSettings.from_env(Env())
     setup_logging(settings.common.log_format, settings.common.log_level, role="scheduler")
     serve_metrics(
-        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port
+        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port,
+        settings.common.metrics_host,
     )
     return run(settings)

@@ -38,7 +38,8 @@ def run_projector(args: argparse.Namespace) -> int:
     settings = ProjectorSettings.from_env(Env())
     setup_logging(settings.common.log_format, settings.common.log_level, role="projector")
     serve_metrics(
-        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port
+        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port,
+        settings.common.metrics_host,
     )
     projector = Projector(settings)
     signal.signal(signal.SIGTERM, projector.stop)

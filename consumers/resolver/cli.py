@@ -67,7 +67,10 @@ def run_resolver(args: argparse.Namespace) -> int:
             super()._on_sigint()
 
     setup_logging(common.log_format, common.log_level, role="resolver")
-    serve_metrics(args.metrics_port if args.metrics_port is not None else common.metrics_port)
+    serve_metrics(
+        args.metrics_port if args.metrics_port is not None else common.metrics_port,
+        common.metrics_host,
+    )
     create_topics(common, settings.own_topics(), common.replication_factor)
     with tempfile.TemporaryDirectory(prefix="duetime-resolver-") as data_dir:
         app = build_app(settings, Path(data_dir))

@@ -46,6 +46,7 @@ def run_worker(args: argparse.Namespace) -> int:
     settings = WorkerSettings.from_env(Env(environ), secrets=secrets_from_environ(environ))
     setup_logging(settings.common.log_format, settings.common.log_level, role="worker")
     serve_metrics(
-        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port
+        args.metrics_port if args.metrics_port is not None else settings.common.metrics_port,
+        settings.common.metrics_host,
     )
     return run(settings)

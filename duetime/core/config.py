@@ -7,6 +7,7 @@ with a message an operator can act on. The README documents every variable.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -96,6 +97,42 @@ class Env:
         return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# a host name of RFC 1123 labels (or an IP literal, checked by ipaddress): nothing that could
+# smuggle a port, a path or whitespace into the address the metrics server binds
+_HOST_RE = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+
+
+def log_level(env: Env) -> str:
+    """``DUETIME_LOG_LEVEL`` in any case (``debug``, ``Info``); ``WARN`` is ``WARNING``."""
+    raw = env.text("DUETIME_LOG_LEVEL", "INFO")
+    level = {"WARN": "WARNING"}.get(raw.upper(), raw.upper())
+    if level not in LOG_LEVELS:
+        raise ConfigError(
+            f"DUETIME_LOG_LEVEL={raw!r} must be one of {', '.join(LOG_LEVELS)} (any case)",
+            details={"variable": "DUETIME_LOG_LEVEL"},
+        )
+    return level
+
+
+def metrics_host(env: Env) -> str:
+    """``DUETIME_METRICS_HOST``: the address every role's metrics server binds."""
+    raw = env.text("DUETIME_METRICS_HOST", "127.0.0.1")
+    try:
+        ipaddress.ip_address(raw)
+        return raw
+    except ValueError:
+        pass
+    if len(raw) > 253 or not _HOST_RE.match(raw):
+        raise ConfigError(
+            f"DUETIME_METRICS_HOST={raw!r} is not a host name or IP address",
+            details={"variable": "DUETIME_METRICS_HOST"},
+        )
+    return raw
+
+
 @dataclass(frozen=True)
 class CommonSettings:
     """What every role needs: where Kafka and PostgreSQL are, topic naming, logs, metrics."""
@@ -109,6 +146,9 @@ class CommonSettings:
     log_format: str = "text"
     log_level: str = "INFO"
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    """Where each role's metrics server listens: loopback unless an operator opens it (a
+    container's Prometheus needs ``0.0.0.0``)."""
     instance_id: str = socket.gethostname()
     kafka_properties: KafkaProperties = NONE
     """librdkafka properties for every client (TLS, SASL, tuning): ``DUETIME_KAFKA_<NAME>``
@@ -148,10 +188,9 @@ class CommonSettings:
             ),
             schema_registry_url=env.opt_str("DUETIME_SCHEMA_REGISTRY_URL"),
             log_format=env.choice("DUETIME_LOG_FORMAT", cls.log_format, ("text", "json")),
-            log_level=env.choice(
-                "DUETIME_LOG_LEVEL", cls.log_level, ("DEBUG", "INFO", "WARNING", "ERROR")
-            ),
+            log_level=log_level(env),
             metrics_port=env.integer("DUETIME_METRICS_PORT", cls.metrics_port, 0, 65535),
+            metrics_host=metrics_host(env),
             instance_id=env.text("DUETIME_INSTANCE_ID", f"{socket.gethostname()}-{os.getpid()}"),
             kafka_properties=KafkaProperties.from_env(env.starting_with(ENV_PREFIX)),
         )

@@ -88,7 +88,7 @@ def setup_logging(fmt: str = "text", level: str = "INFO", role: str | None = Non
         handler.addFilter(_RoleFilter(role))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(level.upper())  # "debug" and "DEBUG" alike
     for noisy in ("kafka", "aiokafka", "faust", "mode", "httpx", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 

@@ -1,4 +1,9 @@
-"""Serve a role's Prometheus metrics on 127.0.0.1 (port 0 = do not serve)."""
+"""Serve a role's Prometheus metrics (port 0 = do not serve).
+
+The address is ``DUETIME_METRICS_HOST`` (``CommonSettings.metrics_host``, default 127.0.0.1):
+loopback keeps the metrics private on a shared host; a container sets ``0.0.0.0`` so that a
+Prometheus on another container can scrape it.
+"""
 
 from __future__ import annotations
 

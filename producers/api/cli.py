@@ -48,7 +48,7 @@ def run_api(args: argparse.Namespace) -> int:
     settings.check_exposure()
     if settings.workers == 1:
         # the same registry as GET /metrics, on the port every role uses for Prometheus
-        serve_metrics(settings.common.metrics_port)
+        serve_metrics(settings.common.metrics_port, settings.common.metrics_host)
     if settings.workers > 1:
         # workers re-read the environment: pass the flags on through it
         os.environ["DUETIME_API_HOST"] = settings.host
