@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from duetime import __version__
 from duetime.core.errors import DuetimeError
 
 # command -> (module, help). The module defines ``add_<command>_arguments(parser)`` and
@@ -28,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "api": ("duetime.producers.api.cli", "serve the REST API (default http://127.0.0.1:8080)"),
     "jobs": ("duetime.producers.cli.commands", "jobs create|get|list|cancel|pause|resume|trigger"),
     "executions": ("duetime.producers.cli.commands", "a job's executions, or: get EXECUTION_ID"),
-    "dags": ("duetime.producers.cli.commands", "dags create|get|runs|trigger"),
+    "dags": ("duetime.producers.cli.commands", "dags create|list|get|runs|trigger"),
     "dlq": ("duetime.producers.cli.commands", "dead-lettered executions: dlq list|replay"),
 }
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="duetime", description="duetime: a distributed job scheduler"
     )
+    parser.add_argument("--version", action="version", version=f"duetime {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ EXECUTION_COLUMNS = (
     "worker_id",
 )
 DLQ_COLUMNS = ("execution_id", "job_id", "name", "dead_at", "attempts", "last_error", "replayed_at")
+DAG_COLUMNS = ("dag_id", "name", "schedule", "node_count", "last_run", "created_at")
+# the exit status of a process killed by SIGPIPE (128 + 13), as `head` expects of a writer
+EXIT_CLOSED_PIPE = 141
 
 
 # --- shared plumbing ---------------------------------------------------------------------------
@@ -53,12 +57,28 @@ def _run(args: argparse.Namespace, action: Callable[[Api], int]) -> int:
         settings = CliSettings(settings.api_url, args.token, settings.timeout_s)
     api = Api(settings)
     try:
-        return action(api)
+        rc = action(api)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return rc
+    except BrokenPipeError:
+        return _closed_pipe()
     except ApiCallError as exc:
         print(f"duetime {args.command}: {exc.message}", file=sys.stderr)
         return 1
     finally:
         api.close()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``duetime jobs list | head``): stop quietly. What is still
+    buffered goes to /dev/null, so the exit flush does not print a second traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture): nothing to do
+        pass
+    return EXIT_CLOSED_PIPE
 
 
 def _load_json(text: str, what: str) -> Any:
@@ -276,6 +296,11 @@ def add_dags_arguments(parser: argparse.ArgumentParser) -> None:
     create = sub.add_parser("create", help="create a DAG from its JSON body (API.md)")
     _common(create)
     create.add_argument("body", help="the DAG as JSON, @file or - for stdin")
+    lst = sub.add_parser("list", help="list DAGs, newest first, with each one's latest run")
+    _common(lst)
+    lst.add_argument("--name", help="name contains this (case-insensitive)")
+    lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    lst.add_argument("--all", action="store_true", help="every DAG (follows the pages)")
     for name, text in (
         ("get", "show a DAG and its jobs' status"),
         ("runs", "the DAG's runs with per-job status"),
@@ -286,10 +311,21 @@ def add_dags_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("dag_id")
 
 
+def _dag_row(dag: dict[str, Any]) -> dict[str, Any]:
+    last = dag.get("last_run") or {}
+    return {**dag, "last_run": last.get("status")}
+
+
 def run_dags(args: argparse.Namespace) -> int:
     def action(api: Api) -> int:
         if args.action == "create":
             out = api.post("/v1/dags", _load_json(args.body, "the DAG"))
+        elif args.action == "list":
+            dags = api.pages("/v1/dags", None if args.all else args.limit, name_contains=args.name)
+            render.as_json(dags) if args.json else render.table(
+                [_dag_row(d) for d in dags], DAG_COLUMNS
+            )
+            return 0
         elif args.action == "get":
             out = api.get(f"/v1/dags/{args.dag_id}")
             if not args.json:
@@ -322,6 +358,7 @@ def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
     lst = sub.add_parser("list", help="dead-lettered executions, newest first")
     _common(lst)
     lst.add_argument("--job-id")
+    lst.add_argument("--name", help="the job's name, exactly")
     lst.add_argument("--limit", type=int, default=50)
     replay = sub.add_parser(
         "replay", help="replay dead executions: the ids given, or every one matching a filter"
@@ -335,6 +372,9 @@ def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
     replay.add_argument("--include-replayed", action="store_true")
     replay.add_argument("--limit", type=int, default=None, help="replay at most this many")
     replay.add_argument("--chunk", type=int, default=200, help="dead letters per request")
+    replay.add_argument(
+        "--yes", "-y", action="store_true", help="replay a filter's matches without asking"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,8 +412,13 @@ def _replay_filter(args: argparse.Namespace, api: Api) -> Replayed:
     until = args.until if args.until is not None else _iso_now()
     given = (("job_id", args.job_id), ("name", args.name), ("since", args.since))
     base = {**{k: v for k, v in given if v is not None}, "until": until}
+    matching = _count_matching(api, args, until)
+    if matching == 0:
+        return Replayed()
+    if not args.yes and not _confirm(f"replay {matching} dead execution(s)?"):
+        raise SystemExit("duetime dlq replay: not confirmed; nothing replayed")
     total = args.limit
-    progress = render.Progress("replayed", total)
+    progress = render.Progress("replayed", matching)
     done = Replayed()
     while total is None or done.replayed < total:
         chunk = args.chunk if total is None else min(args.chunk, total - done.replayed)
@@ -386,6 +431,49 @@ def _replay_filter(args: argparse.Namespace, api: Api) -> Replayed:
             break
     progress.finish()
     return done
+
+
+def _count_matching(api: Api, args: argparse.Namespace, until: str) -> int:
+    """How many dead letters the filter replays (the progress bar's total): the listing
+    filters job and name; the dead-at window is applied here, to the same instants."""
+    items = api.pages(
+        "/v1/dlq",
+        None,
+        job_id=args.job_id,
+        name=args.name,
+        include_replayed="true" if args.include_replayed else "false",
+    )
+    lo = None if args.since is None else _instant(args.since, "--since")
+    hi = _instant(until, "--until")
+    count = sum(
+        1
+        for item in items
+        if (lo is None or _instant(item["dead_at"], "dead_at") >= lo)
+        and _instant(item["dead_at"], "dead_at") < hi
+    )
+    return count if args.limit is None else min(count, args.limit)
+
+
+def _instant(text: str, what: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SystemExit(f"duetime dlq replay: {what} is not an RFC 3339 timestamp") from None
+    if value.tzinfo is None:
+        raise SystemExit(f"duetime dlq replay: {what} needs a time zone offset")
+    return value
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal; anything but y/yes, or no answer at all, is no."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, ValueError):  # no usable stdin (closed, or a detached job)
+        answer = ""
+    if not answer:
+        print(file=sys.stderr)
+    return answer.strip().lower() in ("y", "yes")
 
 
 def _last_error(item: dict[str, Any]) -> str:
@@ -409,7 +497,7 @@ def _replay_ids(execution_ids: list[str], api: Api) -> Replayed:
 def run_dlq(args: argparse.Namespace) -> int:
     def action(api: Api) -> int:
         if args.action == "list":
-            items = api.pages("/v1/dlq", args.limit, job_id=args.job_id)
+            items = api.pages("/v1/dlq", args.limit, job_id=args.job_id, name=args.name)
             if args.json:
                 render.as_json(items)
             else:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
@@ -12,8 +14,9 @@ from typing import Any, TextIO
 from duetime.core.redact import escape_control
 
 MAX_CELL = 48
-# C1 controls (some terminals read U+009B as CSI) and bidi overrides (text shown reversed)
-_C1_AND_BIDI = re.compile("[\u0080-\u009f\u202a-\u202e\u2066-\u2069]")
+# C1 controls (some terminals read U+009B as CSI), bidi overrides (text shown reversed) and
+# the Unicode line and paragraph separators (a line break to many readers of the output)
+_C1_AND_BIDI = re.compile("[\u0080-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def as_json(value: Any, out: TextIO | None = None) -> None:
@@ -21,22 +24,36 @@ def as_json(value: Any, out: TextIO | None = None) -> None:
     out.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group(0)):04x}"
+
+
 def cell(value: Any) -> str:
+    """A table cell: one line, cut at ``MAX_CELL`` characters (``…`` marks the cut)."""
+    text = full_text(value)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def full_text(value: Any) -> str:
+    """The whole value on one line, escaped like a cell but never cut."""
     if value is None:
         return "-"
     if isinstance(value, dict | list):
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        # JSON escapes C0 controls itself; C1 controls and bidi overrides pass through it
+        text = _C1_AND_BIDI.sub(
+            _escaped, json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        )
     else:
         # user data (a job's name, an error text) may hold terminal escapes or newlines:
         # shown escaped, a cell stays one cell and cannot repaint or retitle the terminal
-        text = _C1_AND_BIDI.sub(lambda m: f"\\u{ord(m.group(0)):04x}", escape_control(str(value)))
+        text = _C1_AND_BIDI.sub(_escaped, escape_control(str(value)))
     if isinstance(value, str) and len(text) >= 20 and text[4:5] == "-" and "T" in text:
         try:  # timestamps: shorter, still exact to the millisecond
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
             text = parsed.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
         except ValueError:
             pass
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    return text
 
 
 def table(
@@ -54,13 +71,28 @@ def table(
         out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-def record(value: dict[str, Any], out: TextIO | None = None, skip: Sequence[str] = ()) -> None:
-    """One object as ``key  value`` lines."""
+def record(
+    value: dict[str, Any],
+    out: TextIO | None = None,
+    skip: Sequence[str] = (),
+    columns: int | None = None,
+) -> None:
+    """One object as ``key  value`` lines, each value whole: a long one (an error, a target,
+    a retry policy) wraps onto lines indented past the keys, so nothing is cut and no value
+    can start a line that reads as a key of its own."""
     out = out or sys.stdout
     keys = [k for k in value if k not in skip]
     width = max((len(k) for k in keys), default=0)
+    total = columns if columns is not None else shutil.get_terminal_size((100, 24)).columns
+    room = max(20, total - width - 2)  # a narrow terminal still gets readable chunks
+    indent = " " * (width + 2)
     for k in keys:
-        out.write(f"{k.ljust(width)}  {cell(value[k])}\n")
+        lines = textwrap.wrap(
+            full_text(value[k]), room, break_on_hyphens=False, drop_whitespace=False
+        ) or [""]
+        out.write(f"{k.ljust(width)}  {lines[0]}".rstrip() + "\n")
+        for line in lines[1:]:
+            out.write(f"{indent}{line}".rstrip() + "\n")
 
 
 class Progress:

@@ -1,11 +1,14 @@
 """The CLI's tables show hostile user data inert: no terminal escape, newline, C1 control or
-bidi override reaches the terminal as itself (pure: no server)."""
+bidi override reaches the terminal as itself; `get` views show every value whole, wrapped;
+``--version`` (pure: no server)."""
 
 from __future__ import annotations
 
 import argparse
 import io
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -27,12 +30,16 @@ def test_no_control_character_reaches_the_terminal(name: str) -> None:
     render.record({"name": name}, out=out)
     shown = out.getvalue()
     assert not (set(shown) & (DANGEROUS - SAFE - {"\n"})), repr(shown)
-    assert shown.count("\n") == 3  # header + one row + one record line: no injected lines
+    # header + one row + one record line: no injected lines (a long record value wraps onto
+    # indented continuation lines, which cannot pass for a line of their own)
+    assert sum(1 for line in shown.splitlines() if not line.startswith(" ")) == 3
 
 
 def test_an_escape_is_shown_escaped() -> None:
     assert render.cell("a\x1b[2Jb") == "a\\x1b[2Jb"
     assert render.cell("x\u202ey") == "x\\u202ey"
+    # inside a JSON value (labels, a target) too: JSON escapes C0 only
+    assert render.cell({"k": "\u202e\x85\u2028"}) == '{"k":"\\u202e\\u0085\\u2028"}'
 
 
 # --- jobs create: the body the flags make ------------------------------------------------
@@ -152,3 +159,99 @@ def test_a_label_without_a_value_separator_is_refused() -> None:
     )
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         commands._create_body(args)
+
+
+# --- get views: whole values, wrapped ----------------------------------------------------
+
+
+_values = (
+    st.none() | st.text(max_size=400) | st.dictionaries(st.text(max_size=8), st.text(max_size=40))
+)
+
+
+@given(
+    record=st.dictionaries(st.text("abcdefghij_", min_size=1, max_size=12), _values, max_size=5),
+    columns=st.integers(10, 200),
+)
+def test_a_record_shows_every_value_whole_within_the_width(
+    record: dict[str, Any], columns: int
+) -> None:
+    out = io.StringIO()
+    render.record(record, out=out, columns=columns)
+    lines = out.getvalue().splitlines()
+    width = max((len(k) for k in record), default=0)
+    # nothing is cut: every character of every key and value is there, in order
+    expected = "".join(f"{k}{render.full_text(v)}" for k, v in record.items())
+    assert "".join("".join(lines).split()) == "".join(expected.split())
+    # and each line fits the terminal (or the narrowest readable chunk past the keys)
+    assert all(len(line) <= max(columns, width + 2 + 20) for line in lines)
+    # one key line per key; the rest are continuations, indented past the keys
+    assert sum(1 for line in lines if not line.startswith(" ")) == len(record)
+
+
+def test_a_long_error_is_wrapped_not_cut() -> None:
+    error = "ConnectError: " + " ".join(f"word{i}" for i in range(60))
+    out = io.StringIO()
+    render.record({"job_id": "j", "last_error": error}, out=out, columns=60)
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 3 and "…" not in out.getvalue()
+    assert "word59" in lines[-1] and lines[-1].startswith(" " * len("last_error  "))
+
+
+def test_a_table_cell_is_still_cut_with_a_mark() -> None:
+    assert render.cell("x" * 100) == "x" * (render.MAX_CELL - 1) + "…"
+
+
+def test_version_prints_the_package_version() -> None:
+    from duetime import __version__
+
+    done = subprocess.run(
+        [sys.executable, "-m", "duetime.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == f"duetime {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["dags", "list", "--name", "etl", "--all"],
+            {"action": "list", "name": "etl", "all": True},
+        ),
+        (["dlq", "list", "--name", "nightly"], {"action": "list", "name": "nightly"}),
+        (["dlq", "replay", "--name", "n", "--yes"], {"action": "replay", "yes": True}),
+        (["dlq", "replay", "--name", "n"], {"action": "replay", "yes": False}),
+    ],
+)
+def test_the_new_arguments_parse(argv: list[str], expected: dict[str, Any]) -> None:
+    from duetime.cli import build_parser
+
+    args = vars(build_parser().parse_args(argv))
+    assert {k: args[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "confirmed"),
+    [("y\n", True), ("YES\n", True), (" yes \n", True), ("n\n", False), ("\n", False), ("", False)],
+)
+def test_confirmation_needs_a_yes(
+    answer: str,
+    confirmed: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(answer))
+    assert commands._confirm("replay 3 dead execution(s)?") is confirmed
+    assert "replay 3 dead execution(s)? [y/N]" in capsys.readouterr().err
+
+
+def test_a_progress_bar_has_its_total(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = render.Progress("replayed", 4)
+    progress.advance(1)
+    progress.advance(3)
+    progress.finish()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"[{'#' * 7}{'-' * 23}] 1/4 replayed", f"[{'#' * 30}] 4/4 replayed"]
