@@ -24,8 +24,9 @@ How a task becomes runnable (nothing is registered as a side effect of an import
   must be registered. Anything else is :class:`UnknownTarget`.
 
 A task is called with one argument, an :class:`ExecutionContext`. A sync function runs in a
-thread of its own (abandoned, not killed, when it times out: Python cannot kill a thread); a
-coroutine function is awaited on the worker's event loop and cancelled when it times out.
+thread of its own (abandoned, not killed, when it times out or is cancelled: Python cannot
+kill a thread; it sees ``ctx.cancelled`` set and should return); a coroutine function is
+awaited on the worker's event loop and cancelled when it times out or is cancelled.
 Its return value, if JSON-serialisable, becomes the result's ``output_json``. It steers its
 outcome with :class:`~duetime.core.errors.RetryLater` (a retryable failure, optionally with
 its own delay) and :class:`~duetime.core.errors.FailPermanently` (no more retries); any other
@@ -39,6 +40,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -88,6 +90,11 @@ class ExecutionContext:
     dag_run_id: str | None = None
     dag_key: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    """Set when the worker stops waiting for this run: the execution was cancelled, timed out,
+    lost its lease or the worker is shutting down. A sync task (which Python cannot stop from
+    outside) should check ``ctx.cancelled.is_set()`` between steps, or wait on it instead of
+    sleeping, and return: what it returns then is discarded."""
 
 
 def task(name: str | None = None) -> Callable[[F], F]:

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -43,13 +44,14 @@ from duetime.schemas.codec import Codec
 from . import metrics
 from .kafka_io import TP, AsyncProducer
 from .leases import Claim, DatabaseUnavailable, LeaseStore
-from .results import Outcome, redacted_traceback, result_record, timed_out
+from .results import Outcome, cancelled, redacted_traceback, result_record, timed_out
 from .targets import Targets, log_fields
 
 log = logging.getLogger("duetime.worker")
 
 LOST = "lost"
 HANDED_BACK = "handed_back"
+CANCELLED = "cancelled"
 
 
 @dataclass(eq=False)
@@ -76,7 +78,9 @@ class Item(Delivery):
     in_target: bool = False
     """True while the task is suspended inside the target (the only place it is cancelled)."""
     abort_reason: str | None = None
-    """LOST or HANDED_BACK when the run was stopped early."""
+    """LOST, HANDED_BACK or CANCELLED when the run was stopped early."""
+    stop_flag: threading.Event = field(default_factory=threading.Event)
+    """A Python task's ``ctx.cancelled``: set whenever the run is stopped early."""
 
     @property
     def execution_id(self) -> str:
@@ -167,6 +171,15 @@ class Executor:
         if item is not None and item.token == token:
             self._abort(item, LOST)
 
+    def cancel(self, execution_id: str, token: int) -> None:
+        """A cancel was requested on the lease ``token``: stop its run; it is reported
+        ``cancelled`` (not retryable). Before or after the target runs there is nothing to
+        stop: the claim sees the flag first, or the outcome is already being reported."""
+        item = self._held.get(execution_id)
+        if item is not None and item.token == token and self._abort(item, CANCELLED):
+            metrics.CANCELLED.labels(stage="running").inc()
+            log.info("cancel requested: stopping the attempt", extra=item.fields())
+
     async def abort_all(self, reason: str) -> int:
         """Stop every running target, release its lease; returns how many were stopped."""
         self._stopping = True
@@ -210,6 +223,7 @@ class Executor:
         if not item.in_target or item.abort_reason is not None or item.task is None:
             return False
         item.abort_reason = reason
+        item.stop_flag.set()  # a sync task in its thread sees ctx.cancelled
         item.task.cancel()
         return True
 
@@ -239,6 +253,12 @@ class Executor:
                 return
             token = item.token = claim.token
             self._held[item.execution_id] = item
+            if claim.cancelled:  # cancelled before this attempt ran: report, do not run
+                metrics.CANCELLED.labels(stage="claimed").inc()
+                now_ms = self.clock.now_ms()
+                free_slot()
+                await self._report(item, token, cancelled("before it started"), now_ms, now_ms)
+                return
             outcome, started_ms, finished_ms = await self._run(item, token)
             free_slot()
             if outcome is None:
@@ -277,7 +297,10 @@ class Executor:
 
     async def _claim(self, item: Item) -> Claim | None:
         try:
-            return await self.leases.claim(item.execution_id, item.request.attempt)
+            request = item.request
+            return await self.leases.claim(
+                item.execution_id, request.attempt, request.job_id, request.dag_run_id
+            )
         except DatabaseUnavailable as exc:  # the worker is stopping while PostgreSQL is away
             log.warning("no lease: %s", exc, extra=item.fields())
             self._on_finished(item, False)
@@ -301,17 +324,20 @@ class Executor:
         item.in_target = True
         try:
             async with asyncio.timeout(timeout_s):
-                outcome = await self.targets.run(request)
+                outcome = await self.targets.run(request, item.stop_flag)
         except TimeoutError:
+            item.stop_flag.set()
             log.info("attempt timed out after %.3g s", timeout_s, extra=item.fields())
             outcome = timed_out(timeout_s)
         except asyncio.CancelledError:
+            item.stop_flag.set()
             if item.abort_reason is None:
                 raise  # the worker itself is being torn down
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # our own abort: carry on with the bookkeeping
-            outcome = None
+            # a cancel is reported (not retryable); a lost lease or a hand-back is not
+            outcome = cancelled("while running") if item.abort_reason == CANCELLED else None
         finally:
             item.in_target = False
             if running_event is not None:

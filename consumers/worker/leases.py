@@ -54,18 +54,22 @@ O = TypeVar("O")  # noqa: E741 - the answer type of a batch
 
 _CLAIM = """
 INSERT INTO leases AS l
-    (execution_id, attempt, owner, fencing_token, expires_at, state, claimed_at, updated_at)
+    (execution_id, attempt, owner, fencing_token, expires_at, state, claimed_at, updated_at,
+     job_id, dag_run_id)
 SELECT t.e, t.a, %(owner)s, nextval('lease_fencing_tokens'),
-       now() + make_interval(secs => %(ttl_s)s), 'held', now(), now()
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS t(e, a)
+       now() + make_interval(secs => %(ttl_s)s), 'held', now(), now(), t.j, t.d
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(jobs)s::text[], %(runs)s::text[])
+     AS t(e, a, j, d)
 ORDER BY t.e
 ON CONFLICT (execution_id) DO UPDATE
 SET attempt = excluded.attempt, owner = excluded.owner, fencing_token = excluded.fencing_token,
     expires_at = excluded.expires_at, state = 'held', outcome = NULL, result = NULL,
-    claimed_at = now(), updated_at = now()
+    claimed_at = now(), updated_at = now(), job_id = excluded.job_id,
+    dag_run_id = excluded.dag_run_id
 WHERE l.attempt < excluded.attempt
    OR (l.attempt = excluded.attempt AND l.state = 'held' AND l.expires_at < now())
-RETURNING execution_id::text, fencing_token
+-- cancel_requested_at is kept on a takeover: a cancelled execution stays cancelled
+RETURNING execution_id::text, fencing_token, cancel_requested_at IS NOT NULL
 """
 
 _INSPECT = """
@@ -78,7 +82,7 @@ _RENEW = """
 UPDATE leases AS l SET expires_at = now() + make_interval(secs => %(ttl_s)s), updated_at = now()
 FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS t(e, tok)
 WHERE l.execution_id = t.e AND l.fencing_token = t.tok AND l.state = 'held'
-RETURNING l.execution_id::text
+RETURNING l.execution_id::text, l.cancel_requested_at IS NOT NULL
 """
 
 _COMPLETE = """
@@ -123,6 +127,17 @@ class Claim:
     result: bytes | None = None
     """``done``: the result its holder recorded (None if it recorded none)."""
     owner: str | None = None
+    cancelled: bool = False
+    """Claimed, but a cancel was already requested for this execution: do not run it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """The answer to one renewal: which leases were taken over and which were cancelled."""
+
+    lost: frozenset[str] = frozenset()
+    cancelled: frozenset[str] = frozenset()
+    """Still ours, but a cancel was requested (``cancel.request_cancel``): stop the work."""
 
 
 class DatabaseUnavailable(Exception):
@@ -233,6 +248,10 @@ class _Batcher(Generic[I, O]):
         self._queue.clear()
 
 
+_ClaimItem = tuple[str, int, str | None, str | None]
+"""(execution_id, attempt, job_id, dag_run_id)"""
+
+
 @dataclass(frozen=True, slots=True)
 class _Completion:
     execution_id: str
@@ -276,7 +295,9 @@ class LeaseStore:
             timeout=5.0,
             name="duetime-leases-fast",
         )
-        self._claims = _Batcher("claim", self._claim_batch, max_batch, self.stopping)
+        self._claims: _Batcher[_ClaimItem, Claim] = _Batcher(
+            "claim", self._claim_batch, max_batch, self.stopping
+        )
         self._completions = _Batcher("complete", self._complete_batch, max_batch, self.stopping)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -304,8 +325,15 @@ class LeaseStore:
 
     # --- the public calls -----------------------------------------------------------------
 
-    async def claim(self, execution_id: str, attempt: int) -> Claim:
-        return await self._claims.submit((execution_id, attempt))
+    async def claim(
+        self,
+        execution_id: str,
+        attempt: int,
+        job_id: str | None = None,
+        dag_run_id: str | None = None,
+    ) -> Claim:
+        """Claim the lease; ``job_id`` and ``dag_run_id`` let a cancel find it later."""
+        return await self._claims.submit((execution_id, attempt, job_id, dag_run_id))
 
     async def complete(self, execution_id: str, token: int, outcome: str, result: bytes) -> bool:
         """True when the lease was still ours and is now done; False: it was taken over."""
@@ -313,8 +341,15 @@ class LeaseStore:
 
     async def renew(self, held: Sequence[tuple[str, int]]) -> set[str]:
         """Renew these leases; returns the execution_ids whose lease was taken over (lost)."""
+        return set((await self.renew_checked(held)).lost)
+
+    async def renew_checked(self, held: Sequence[tuple[str, int]]) -> Renewal:
+        """Renew these leases; say which were taken over and which were asked to cancel.
+
+        The cancel flag rides on the renewal (one statement either way), so a cancel reaches
+        the holder within one renewal interval (``WorkerSettings.renew_interval_s``)."""
         if not held:
-            return set()
+            return Renewal()
         rows = await self._execute(
             _RENEW,
             {
@@ -326,7 +361,10 @@ class LeaseStore:
             fast=True,
         )
         renewed = {row[0] for row in rows}
-        return {e for e, _ in held if e not in renewed}
+        return Renewal(
+            lost=frozenset(e for e, _ in held if e not in renewed),
+            cancelled=frozenset(row[0] for row in rows if row[1]),
+        )
 
     async def release(self, held: Sequence[tuple[str, int]]) -> None:
         """Expire these leases now (shutdown hands the work back to the next owner)."""
@@ -348,11 +386,11 @@ class LeaseStore:
 
     # --- batches --------------------------------------------------------------------------
 
-    async def _claim_batch(self, items: list[tuple[str, int]]) -> list[Claim]:
+    async def _claim_batch(self, items: list[_ClaimItem]) -> list[Claim]:
         # one statement cannot touch a row twice: a duplicate waits for the next batch
-        firsts: dict[str, int] = {}
-        for execution_id, attempt in items:
-            firsts.setdefault(execution_id, attempt)
+        firsts: dict[str, _ClaimItem] = {}
+        for item in items:
+            firsts.setdefault(item[0], item)
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _CLAIM,
@@ -360,22 +398,24 @@ class LeaseStore:
                     "owner": self.owner,
                     "ttl_s": self.ttl_s,
                     "ids": list(firsts),
-                    "attempts": list(firsts.values()),
+                    "attempts": [item[1] for item in firsts.values()],
+                    "jobs": [item[2] for item in firsts.values()],
+                    "runs": [item[3] for item in firsts.values()],
                 },
             )
-            tokens = {row[0]: row[1] for row in await cur.fetchall()}
-            missing = [e for e in firsts if e not in tokens]
+            claimed = {row[0]: (row[1], bool(row[2])) for row in await cur.fetchall()}
+            missing = [e for e in firsts if e not in claimed]
             held: dict[str, tuple[Any, ...]] = {}
             if missing:
                 cur = await conn.execute(_INSPECT, {"ids": missing})
                 held = {row[0]: row for row in await cur.fetchall()}
         answers: list[Claim] = []
         used: set[str] = set()
-        for execution_id, attempt in items:
-            token = tokens.get(execution_id)
-            if token is not None and execution_id not in used:
+        for execution_id, attempt, _, _ in items:
+            got = claimed.get(execution_id)
+            if got is not None and execution_id not in used:
                 used.add(execution_id)
-                answers.append(Claim(token=token))
+                answers.append(Claim(token=got[0], cancelled=got[1]))
                 continue
             answers.append(_conflict(held.get(execution_id), attempt, self.ttl_s))
         return answers

@@ -90,3 +90,8 @@ HANDLING_ERRORS = Counter(
     "topic (stage: accept = decoding and checks, execute = lease, run and report)",
     ["stage"],
 )
+CANCELLED = Counter(
+    "duetime_worker_cancelled_total",
+    "Attempts stopped by a cancel request read from their lease, by where they were",
+    ["stage"],
+)

@@ -149,6 +149,14 @@ def timed_out(timeout_s: float) -> Outcome:
     )
 
 
+def cancelled(when: str) -> Outcome:
+    """A cancel requested through the lease (``cancel.request_cancel``): not retryable, so the
+    scheduler does not run the attempt again."""
+    return failure(
+        "Cancelled", f"the execution was cancelled {when}", retryable=False, reason="cancelled"
+    )
+
+
 def encode_output(value: Any) -> str | None:
     """The task's return value as JSON text; None for None or unserialisable. An output over
     ``MAX_OUTPUT_BYTES`` is replaced by a marker saying so (the result must stay a small

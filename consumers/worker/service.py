@@ -517,13 +517,15 @@ class Worker:
             if not held:
                 continue
             try:
-                lost = await self.leases.renew(held)
+                renewal = await self.leases.renew_checked(held)
             except Exception as exc:
                 log.warning("lease renewal failed: %s", exc)
                 continue
             for execution_id, token in held:
-                if execution_id in lost:
+                if execution_id in renewal.lost:
                     self.executor.lose(execution_id, token)
+                elif execution_id in renewal.cancelled:
+                    self.executor.cancel(execution_id, token)
 
     async def _report_lag(self) -> None:
         while True:

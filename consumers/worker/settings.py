@@ -28,6 +28,9 @@ from duetime.core.priority import reserved_slots
 
 from .policy import EgressPolicy, check_topic_allow_list
 
+CANCEL_CHECK_S = 2.0
+"""The longest gap between two renewals, so between a cancel and the holder reading it."""
+
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -85,7 +88,9 @@ class WorkerSettings:
 
     @property
     def renew_interval_s(self) -> float:
-        return self.lease_ttl_s / 3
+        """A third of the TTL, and at most CANCEL_CHECK_S: a renewal is also where a cancel
+        request is read (``cancel.py``), and a cancel must stop the work within 5 s."""
+        return min(self.lease_ttl_s / 3, CANCEL_CHECK_S)
 
     @property
     def allowed_modules(self) -> tuple[str, ...]:

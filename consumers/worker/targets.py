@@ -84,8 +84,11 @@ def payload_of(request: ExecutionRequest) -> Any:
         return text
 
 
-def context_of(request: ExecutionRequest, worker_id: str) -> ExecutionContext:
+def context_of(
+    request: ExecutionRequest, worker_id: str, cancelled: threading.Event | None = None
+) -> ExecutionContext:
     return ExecutionContext(
+        cancelled=cancelled if cancelled is not None else threading.Event(),
         job_id=request.job_id,
         execution_id=request.execution_id,
         attempt=request.attempt,
@@ -131,13 +134,18 @@ class Targets:
         self.kafka_topics = kafka_topics
         self._topics_seen: dict[str, float] = {}
 
-    async def run(self, request: ExecutionRequest) -> Outcome:
+    async def run(
+        self, request: ExecutionRequest, cancelled: threading.Event | None = None
+    ) -> Outcome:
+        """Run the target. ``cancelled`` becomes a Python task's ``ctx.cancelled``: the caller
+        sets it when it stops waiting (a cancelled HTTP call is aborted by the cancellation of
+        this coroutine itself)."""
         target = request.target
         try:
             if isinstance(target, HttpTarget):
                 return await self._http(request, target)
             if isinstance(target, PythonTarget):
-                return await self._python(request, target.ref)
+                return await self._python(request, target.ref, cancelled)
             return await self._kafka(request, target.topic)
         except asyncio.CancelledError:
             raise
@@ -182,12 +190,14 @@ class Targets:
 
     # --- python ---------------------------------------------------------------------------
 
-    async def _python(self, request: ExecutionRequest, ref: str) -> Outcome:
+    async def _python(
+        self, request: ExecutionRequest, ref: str, cancelled: threading.Event | None = None
+    ) -> Outcome:
         try:
             func = self.registry.resolve(ref)
         except UnknownTarget as exc:
             return failure("UnknownTarget", exc.message, retryable=False, reason="unknown_target")
-        ctx = context_of(request, self.worker_id)
+        ctx = context_of(request, self.worker_id, cancelled)
         if is_async(func):
             outcome = await _in_task(func, ctx, request.execution_id)
         else:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import select
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -196,6 +198,8 @@ def reset() -> None:
         RUNNING.clear()
         MAX_RUNNING.clear()
         STARTED.clear()
+        CANCEL_SEEN.clear()
+        CANCEL_STARTED.clear()
 
 
 def record(ctx: ExecutionContext) -> dict[str, Any]:
@@ -294,3 +298,97 @@ async def ignores_cancellation(ctx: ExecutionContext) -> None:
 def big_output(ctx: ExecutionContext) -> str:
     """Returns 60 KB (under the 64 KiB output limit)."""
     return "x" * 60_000
+
+
+# --- cancellable tasks (tests/integration/test_worker_cancel.py) --------------------------
+
+CANCEL_SEEN: dict[str, float] = {}
+"""job_id → when (time.time()) the task saw its cancellation."""
+CANCEL_STARTED: dict[str, float] = {}
+"""job_id → when the task started."""
+
+
+def waits_for_cancel(ctx: ExecutionContext) -> str:
+    """Sync: works in steps until ``ctx.cancelled`` is set (at most ``payload.for_s``)."""
+    with _LOCK:
+        CANCEL_STARTED[ctx.job_id] = time.time()
+    if ctx.cancelled.wait(float(ctx.payload.get("for_s", 60))):
+        with _LOCK:
+            CANCEL_SEEN[ctx.job_id] = time.time()
+        return "stopped"
+    return "finished"
+
+
+async def awaits_cancel(ctx: ExecutionContext) -> str:
+    """Async: sleeps ``payload.for_s``; notes the worker's cancellation and lets it through."""
+    with _LOCK:
+        CANCEL_STARTED[ctx.job_id] = time.time()
+    try:
+        await asyncio.sleep(float(ctx.payload.get("for_s", 60)))
+    except asyncio.CancelledError:
+        with _LOCK:
+            CANCEL_SEEN[ctx.job_id] = time.time()
+        raise
+    return "finished"
+
+
+@dataclass
+class HoldingSink:
+    """An HTTP target that holds every request open (up to ``hold_s``) and notes when the
+    client aborted it: the moment the worker's end of the connection closed."""
+
+    hold_s: float = 60.0
+    arrived: dict[str, float] = field(default_factory=dict)
+    """Idempotency-Key → when the request arrived."""
+    aborted: dict[str, float] = field(default_factory=dict)
+    """Idempotency-Key → when the client closed the connection before the answer."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    def start(self) -> HoldingSink:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                sink.hold(self, self.headers.get("Idempotency-Key", ""))
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def hold(self, handler: BaseHTTPRequestHandler, key: str) -> None:
+        with self.lock:
+            self.arrived[key] = time.time()
+        conn = handler.connection
+        deadline = time.monotonic() + self.hold_s
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([conn], [], [], 0.05)
+            if readable:
+                try:
+                    closed = conn.recv(1, socket.MSG_PEEK) == b""
+                except OSError:  # reset by the peer: aborted too
+                    closed = True
+                if closed:
+                    with self.lock:
+                        self.aborted[key] = time.time()
+                    return
+        with contextlib.suppress(OSError):
+            handler.send_response(200)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()

@@ -1,0 +1,60 @@
+"""Cancelling a running execution: the writer's side of the lease's cancel flag.
+
+A cancel reaches the worker that runs an execution through the execution's lease row in
+PostgreSQL (migration 0005): :func:`request_cancel` sets ``cancel_requested_at`` on every live
+(``held``) lease of a job, :func:`request_cancel_dag_run` on those of a DAG run. The holder
+reads the flag on its next renewal (every ``min(TTL/3, 2 s)``, so within ~2 s plus one round
+trip), stops the work (a coroutine target is cancelled, an HTTP request aborted, a sync task
+sees ``ctx.cancelled``) and reports the attempt failed with reason ``cancelled``, not
+retryable. A request claimed after the flag was set (a redelivery that takes the lease over)
+is reported cancelled without running.
+
+Why the lease row and not the control topic: the lease row is where the holder already looks,
+every few seconds, fenced by its token; a worker consuming the control topic would need every
+partition of it in every worker (a broadcast), and a cancel published before the execution
+was claimed would be missed. The flag is written *after* the cancel command was published, so
+the scheduler has the job cancelled (no new attempt is emitted, late results are absorbed)
+whichever of the two a crash interrupts.
+
+Both calls are idempotent (a lease already flagged keeps its first time) and return how many
+leases they flagged. The caller owns the connection and its transaction (with autocommit,
+each call is its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+
+_MAX_ID = 200
+"""Longer than any id duetime issues (UUIDs, job names are ≤ 200): refused, not queried."""
+
+_FLAG_JOB = """
+UPDATE leases SET cancel_requested_at = now(), updated_at = now()
+WHERE job_id = %(id)s AND state = 'held' AND cancel_requested_at IS NULL
+"""
+
+_FLAG_DAG_RUN = """
+UPDATE leases SET cancel_requested_at = now(), updated_at = now()
+WHERE dag_run_id = %(id)s AND state = 'held' AND cancel_requested_at IS NULL
+"""
+
+
+def _checked(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > _MAX_ID or "\x00" in value:
+        raise ValueError(f"{what} must be a non-empty string of at most {_MAX_ID} characters")
+    return value
+
+
+async def request_cancel(conn: AsyncConnection[Any], job_id: str) -> int:
+    """Ask the workers running ``job_id``'s executions to stop them; returns how many leases
+    were flagged (0: nothing of the job is running now)."""
+    cur = await conn.execute(_FLAG_JOB, {"id": _checked(job_id, "job_id")})
+    return max(0, cur.rowcount)
+
+
+async def request_cancel_dag_run(conn: AsyncConnection[Any], dag_run_id: str) -> int:
+    """Ask the workers running the executions of the DAG run ``dag_run_id`` to stop them."""
+    cur = await conn.execute(_FLAG_DAG_RUN, {"id": _checked(dag_run_id, "dag_run_id")})
+    return max(0, cur.rowcount)
