@@ -16,23 +16,34 @@ was claimed would be missed. The flag is written *after* the cancel command was 
 the scheduler has the job cancelled (no new attempt is emitted, late results are absorbed)
 whichever of the two a crash interrupts.
 
-Both calls are idempotent (a lease already flagged keeps its first time) and return how many
+For a writer that sees cancels in batches on a blocking connection (the projector, which
+sees every job turn ``cancelled`` whichever client cancelled it: REST, CLI or SDK),
+:func:`flag_cancelled_jobs` flags the leases of many jobs in one statement, inside the
+caller's transaction.
+
+All calls are idempotent (a lease already flagged keeps its first time) and return how many
 leases they flagged. The caller owns the connection and its transaction (with autocommit,
 each call is its own).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, Connection
 
 _MAX_ID = 200
-"""Longer than any id duetime issues (UUIDs, job names are ≤ 200): refused, not queried."""
+"""Longer than any id duetime issues (UUIDs): refused, not queried."""
 
 _FLAG_JOB = """
 UPDATE leases SET cancel_requested_at = now(), updated_at = now()
 WHERE job_id = %(id)s AND state = 'held' AND cancel_requested_at IS NULL
+"""
+
+_FLAG_JOBS = """
+UPDATE leases SET cancel_requested_at = now(), updated_at = now()
+WHERE job_id = ANY(%(ids)s::text[]) AND state = 'held' AND cancel_requested_at IS NULL
 """
 
 _FLAG_DAG_RUN = """
@@ -57,4 +68,14 @@ async def request_cancel(conn: AsyncConnection[Any], job_id: str) -> int:
 async def request_cancel_dag_run(conn: AsyncConnection[Any], dag_run_id: str) -> int:
     """Ask the workers running the executions of the DAG run ``dag_run_id`` to stop them."""
     cur = await conn.execute(_FLAG_DAG_RUN, {"id": _checked(dag_run_id, "dag_run_id")})
+    return max(0, cur.rowcount)
+
+
+def flag_cancelled_jobs(conn: Connection[Any], job_ids: Sequence[str]) -> int:
+    """Blocking, batched :func:`request_cancel`: flag the held leases of every job in
+    ``job_ids`` (in the caller's transaction); returns how many leases were flagged."""
+    ids = [_checked(job_id, "job_id") for job_id in job_ids]
+    if not ids:
+        return 0
+    cur = conn.execute(_FLAG_JOBS, {"ids": ids})
     return max(0, cur.rowcount)

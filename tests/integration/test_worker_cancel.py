@@ -19,7 +19,11 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
-from duetime.consumers.worker.cancel import request_cancel, request_cancel_dag_run
+from duetime.consumers.worker.cancel import (
+    flag_cancelled_jobs,
+    request_cancel,
+    request_cancel_dag_run,
+)
 from duetime.consumers.worker.leases import LeaseStore
 from duetime.core.config import CommonSettings
 from duetime.producers.sdk import JobClient
@@ -210,6 +214,15 @@ def test_the_flag_reaches_renewals_and_later_claims_of_the_job_or_dag_run_only(
             assert again.token is not None and again.token != mine.token and again.cancelled
             fresh = await b.claim(ids[3], 1, "job-1")  # claimed after the cancel: not flagged
             assert fresh.token is not None and not fresh.cancelled
+            # the projector's batched, blocking variant, in its own transaction
+            with psycopg.connect(settings.database_url) as blocking:
+                assert flag_cancelled_jobs(blocking, []) == 0
+                assert flag_cancelled_jobs(blocking, ["job-1", "job-2", "nothing"]) == 2
+                with pytest.raises(ValueError, match="job_id"):
+                    flag_cancelled_jobs(blocking, ["ok", ""])
+            renewal = await b.renew_checked([(ids[0], again.token), (ids[3], fresh.token)])
+            assert renewal.cancelled == {ids[0], ids[3]}
+            assert (await a.renew_checked([(ids[1], other.token)])).cancelled == {ids[1]}
         finally:
             await conn.close()
             await a.close()
