@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
+from bench.dag_harness import ResolverProcess
 from duetime.consumers.worker.cancel import (
     flag_cancelled_jobs,
     request_cancel,
@@ -29,6 +30,9 @@ from duetime.core.config import CommonSettings
 from duetime.producers.sdk import JobClient
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration import test_worker_support as support
+from tests.integration.test_dag import dag_runs as dag_runs  # the fixtures, re-exported
+from tests.integration.test_dag import resolver as resolver
+from tests.integration.test_dag_support import job, wait_completed, wait_known
 from tests.integration.test_worker import NOW, final, start_worker
 from tests.integration.test_worker import scheduler as scheduler  # the fixture, re-exported
 from tests.integration.test_worker_support import HoldingSink, RunningWorker
@@ -169,6 +173,41 @@ def test_an_async_task_is_cancelled_within_5_s(
     assert_cancelled(result, cancelled_at)
     time.sleep(1.0)  # the subject: no retry follows within 1 s
     assert len(final(results, job.job_id)) == 1
+
+
+def test_cancelling_a_dag_run_stops_its_running_node_and_skips_the_rest(
+    settings: CommonSettings,
+    scheduler: RunningScheduler,
+    resolver: ResolverProcess,
+    worker: RunningWorker,
+    client: JobClient,
+    results: TopicReader,
+    dag_runs: TopicReader,
+) -> None:
+    target = {"type": "python", "ref": f"{MOD}:awaits_cancel"}
+    dag = client.create_dag(
+        "cancel-run",
+        [job("a", target=target, payload={"for_s": 60}, timeout_s=120), job("b", "a")],
+    )
+    wait_known(settings, dag)
+    run_id = client.trigger_dag(dag.dag_id)
+    a_job = wait_for(lambda: next(iter(support.CANCEL_STARTED), ""), 30, "node a to start")
+
+    async def cancel_run() -> int:
+        async with await psycopg.AsyncConnection.connect(
+            settings.database_url, autocommit=True
+        ) as conn:
+            return await request_cancel_dag_run(conn, run_id)
+
+    cancelled_at = time.time()
+    assert asyncio.run(cancel_run()) == 1
+    seen_at = wait_for(lambda: support.CANCEL_SEEN.get(a_job, 0.0), 15, "node a's cancel")
+    assert seen_at - cancelled_at < STOP_WITHIN_S
+    [result] = final(results, a_job)
+    assert result["dag_run_id"] == run_id
+    assert_cancelled(result, cancelled_at)
+    done = wait_completed(dag_runs, run_id, resolver=resolver)
+    assert done["status"] == "failed" and done["node_statuses"] == {"a": "dead", "b": "skipped"}
 
 
 async def _leases(settings: CommonSettings, owner: str) -> LeaseStore:
