@@ -17,6 +17,11 @@ with every claim of an execution and a stale holder is recognisable wherever it 
   after this succeeded, so a zombie's result never reaches the scheduler.
 - **release**: a worker handing work back (shutdown) expires its leases at once, so the next
   owner need not wait for the TTL.
+- **cancel** (migration 0005): a claim records the execution's ``job_id`` and ``dag_run_id``;
+  ``cancel.request_cancel`` sets ``cancel_requested_at`` on the held rows of a job (or DAG
+  run). Every renewal answers which of the renewed leases carry the flag (the holder stops
+  that work), and a claim that takes over a flagged row says so (it reports ``cancelled``
+  without running). The flag survives takeovers: a cancelled execution stays cancelled.
 
 Durability: claims and completions wait for the WAL flush: a published result must match a
 durable ``done``, and a claim draws a fencing token from the sequence, whose values could be
