@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+import psycopg
 from confluent_kafka import KafkaError, Message
 
 from duetime.core import kafka
@@ -48,9 +49,12 @@ from duetime.core.records import (
     DagRunEvent,
     JobDefinition,
 )
+from duetime.core.redact import redact_text
 from duetime.core.schedule import first_fire
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
+
+from . import updates
 
 DeliveryCallback = Callable[[KafkaError | None], None]
 """Told the outcome of one published event: None once acknowledged, else the error."""
@@ -164,6 +168,120 @@ class JobClient:
         self._send(self.topics.jobs, definition.job_id, value, on_delivery)
         if wait:
             self.flush()
+
+    def build_update(
+        self,
+        current: Mapping[str, Any],
+        changes: Mapping[str, Any],
+        *,
+        revision: int,
+        created_at: datetime,
+    ) -> JobDefinition:
+        """The next revision of a job whose current body (as a create takes it, with its
+        ``job_id``) is at ``revision``: validated exactly as a create, nothing published."""
+        now_ms = self.clock.now_ms()
+        built = build_job(
+            updates.merged(current, changes),
+            now_ms=now_ms,
+            max_payload_bytes=self.max_payload_bytes,
+            revision=updates.next_revision(revision, now_ms),
+            topic_prefix=self.settings.topic_prefix,
+        )
+        return updates.with_history(built, created_at)
+
+    def build_deleted(
+        self, current: Mapping[str, Any], *, revision: int, created_at: datetime
+    ) -> JobDefinition:
+        """The revision that marks a job deleted: its definition with the reserved label."""
+        now_ms = self.clock.now_ms()
+        labels = {**(current.get("labels") or {}), updates.DELETED_LABEL: "true"}
+        body = {k: v for k, v in current.items() if k not in ("dag_id", "dag_key", "depends_on")}
+        built = build_job(
+            {**body, "labels": labels},
+            now_ms=now_ms,
+            max_payload_bytes=1 << 30,  # the stored payload was accepted once: carried as is
+            revision=updates.next_revision(revision, now_ms),
+            topic_prefix=self.settings.topic_prefix,
+            internal=True,  # the reserved label
+        )
+        return updates.with_history(built, created_at)
+
+    def update_job(
+        self,
+        job_id: str,
+        changes: Mapping[str, Any] | None = None,
+        *,
+        expected_revision: int | None = None,
+        **fields: Any,
+    ) -> JobDefinition:
+        """Change a job: the fields given (``schedule``, ``target``, ``payload``, ``retry``,
+        ``priority``, ``timeout_s``, ``misfire``, ``overlap``, ``labels``, ``name``) replace
+        the current ones, validated as a create; published as the job's next revision, which
+        its scheduler applies on its next cycle. Returns the published definition.
+
+        The current definition is read from the PostgreSQL projection (``database_url`` of the
+        client's settings, ``DUETIME_DATABASE_URL``), its row locked while the revision is
+        published and written back, as the REST API does, so concurrent updates serialise.
+        ``expected_revision``: refuse (:class:`Conflict`) if the job has moved past it.
+        Raises :class:`NotFound` for an unknown job, :class:`Conflict` for a cancelled or
+        deleted job and for DAG members and trigger jobs (change them through their DAG)."""
+        job_id = parse_uuid(job_id, "job_id")
+        wanted = {**(changes or {}), **fields}
+        updates.merged({}, wanted)  # a bad field is refused before any connection
+
+        def build(
+            body: dict[str, Any], revision: int, created_at: datetime, status: Status
+        ) -> JobDefinition:
+            updates.check_changeable(job_id, body, status, "update")
+            updates.check_revision(job_id, revision, expected_revision)
+            return self.build_update(body, wanted, revision=revision, created_at=created_at)
+
+        definition = self._revise(job_id, build)
+        if definition is None:  # build always returns one
+            raise RuntimeError(f"update of job {job_id} built nothing")
+        return definition
+
+    def delete_job(self, job_id: str) -> bool:
+        """Delete a job: cancel it (a running execution finishes) and publish its next
+        revision marked deleted, which hides it from ``GET /v1/jobs`` and the dashboard; ``GET
+        /v1/jobs/{id}`` still answers (``deleted: true``) and its executions stay for the
+        retention period. Reads the projection as :meth:`update_job` does. Returns False for
+        a job already deleted (nothing is published then)."""
+        job_id = parse_uuid(job_id, "job_id")
+
+        def build(
+            body: dict[str, Any], revision: int, created_at: datetime, status: Status
+        ) -> JobDefinition | None:
+            if updates.DELETED_LABEL in (body.get("labels") or {}):
+                return None
+            updates.check_changeable(job_id, body, status, "delete")
+            if status is not Status.CANCELLED:
+                self.command(job_id, "cancel", requested_by="sdk")
+            return self.build_deleted(body, revision=revision, created_at=created_at)
+
+        return self._revise(job_id, build) is not None
+
+    def _revise(
+        self, job_id: str, build: Callable[..., JobDefinition | None]
+    ) -> JobDefinition | None:
+        """Lock the job's row, ``build(body, revision, created_at, status)`` its next
+        revision, publish it and write it back; commit (the lock is released) at the end."""
+        try:
+            with psycopg.connect(self.settings.database_url, connect_timeout=5) as conn:
+                row = conn.execute(updates.CURRENT_SQL, (job_id,)).fetchone()
+                if row is None:
+                    raise updates.not_found(job_id)
+                body, revision, created_at, status = updates.current_body(job_id, row)
+                definition = build(body, revision, created_at, status)
+                if definition is None:
+                    return None
+                self.publish_definition(definition)
+                conn.execute(updates.WRITE_SQL, updates.row_values(definition))
+                return definition
+        except psycopg.OperationalError as exc:
+            raise RetryableError(
+                f"cannot read the job from PostgreSQL: {redact_text(str(exc))}"[:500]
+            ) from None
 
     def cancel(self, job_id: str, *, wait: bool = True) -> str:
         return self.command(job_id, "cancel", wait=wait)

@@ -119,6 +119,8 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "depends_on": list(row.depends_on or []),
         "created_at": row.created_at,
         "updated_at": row.updated_at,
+        "revision": row.revision,
+        "deleted": bool(row.deleted),
         "last_execution": None if last is None else execution_out(ExecutionRow.from_row(last)),
     }
     if omitted is not None:

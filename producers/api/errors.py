@@ -42,6 +42,12 @@ class UnsupportedMediaType(DuetimeError):
     code = "unsupported_media_type"
 
 
+class PreconditionFailed(Conflict):
+    """An ``If-Match`` revision that is no longer the job's current one (REST 412)."""
+
+    code = "precondition_failed"
+
+
 class Unavailable(RetryableError):
     """Kafka or PostgreSQL did not answer in time (REST 503)."""
 
@@ -52,6 +58,7 @@ _STATUS: tuple[tuple[type[DuetimeError], int], ...] = (
     (BadRequest, 400),
     (Unauthorized, 401),
     (NotFound, 404),
+    (PreconditionFailed, 412),
     (Conflict, 409),
     (PayloadTooLarge, 413),
     (UnsupportedMediaType, 415),

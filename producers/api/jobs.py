@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
 from duetime.core.models import Status as StatusValue
+from duetime.core.records import JobDefinition
 from duetime.core.schedule import OneTime, next_fire, parse_schedule
+from duetime.producers import updates
 
 from . import convert, store
 from .deps import Res, Resources, parse_id, read_json, validated
+from .errors import PreconditionFailed
 from .pagination import decode_cursor, page_of
 from .rows import JobRow
 from .schemas import (
     JOB_SCHEMA,
+    JOB_UPDATE_SCHEMA,
     CommandOut,
     ExecutionOut,
     ExecutionPage,
@@ -85,6 +91,109 @@ async def get_job(job_id: str, res: Res) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"no job {job_id}", details={"job_id": job_id})
     return convert.job_out(row)
+
+
+IfMatch = Header(
+    None,
+    max_length=40,
+    description="the job's revision this change was built on (from GET): 412 if it moved on",
+)
+
+
+@router.patch(
+    "/jobs/{job_id}",
+    response_model=JobOut,
+    responses=errors(400, 401, 404, 409, 412, 413, 415, 422, 503),
+    openapi_extra=request_body(JOB_UPDATE_SCHEMA),
+    summary="change a job: the fields given replace the current ones (next revision)",
+)
+async def update_job(
+    job_id: str, request: Request, res: Res, if_match: str | None = IfMatch
+) -> dict[str, Any]:
+    job_id = parse_id(job_id, "job")
+    changes = await read_json(request, res.settings)
+    expected = _revision_of(if_match)
+    updates.merged({}, changes)  # a bad field is refused before the database is asked
+
+    def build(
+        body: dict[str, Any], revision: int, created: datetime, status: StatusValue
+    ) -> JobDefinition:
+        updates.check_changeable(job_id, body, status, "update")
+        updates.check_revision(job_id, revision, expected, PreconditionFailed)
+        return validated(
+            res.client.build_update, body, changes, revision=revision, created_at=created
+        )
+
+    return await _revise(job_id, res, build)
+
+
+@router.delete(
+    "/jobs/{job_id}",
+    response_model=JobOut,
+    responses=errors(401, 404, 409, 503),
+    summary="delete a job: cancel it and hide it from lists; GET by id and its history stay",
+)
+async def delete_job(job_id: str, res: Res) -> dict[str, Any]:
+    job_id = parse_id(job_id, "job")
+
+    async def build(
+        body: dict[str, Any], revision: int, created: datetime, status: StatusValue
+    ) -> JobDefinition | None:
+        if updates.DELETED_LABEL in (body.get("labels") or {}):
+            return None  # deleted already: the same answer, nothing published again
+        updates.check_changeable(job_id, body, status, "delete")
+        if status is not StatusValue.CANCELLED:
+            await res.writer.publish(
+                lambda done: res.client.command(
+                    job_id, "cancel", wait=False, on_delivery=done, requested_by="api"
+                )
+            )
+        return validated(res.client.build_deleted, body, revision=revision, created_at=created)
+
+    return await _revise(job_id, res, build)
+
+
+Build = Callable[
+    [dict[str, Any], int, datetime, StatusValue],
+    JobDefinition | Awaitable[JobDefinition | None] | None,
+]
+"""Builds a job's next revision from (its current body, revision, created_at, status)."""
+
+
+async def _revise(job_id: str, res: Resources, build: Build) -> dict[str, Any]:
+    """Lock the job's row, ``build(body, revision, created_at, status)`` its next revision
+    (awaited when it is a coroutine; None: nothing to publish), publish it, write it into the
+    row and answer the job as GET shows it. The lock serialises changes of one job across
+    API processes: each builds on the one before it."""
+    async with res.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(updates.CURRENT_SQL, (job_id,))
+        row = await cur.fetchone()
+        if row is None:
+            raise updates.not_found(job_id)
+        built = build(*updates.current_body(job_id, row))
+        definition = await built if inspect.isawaitable(built) else built
+        if definition is not None:
+            published: JobDefinition = definition
+            await res.writer.publish(
+                lambda done: res.client.publish_definition(published, wait=False, on_delivery=done)
+            )
+            await conn.execute(updates.WRITE_SQL, updates.row_values(definition))
+        shown = await store.get_job(conn, job_id)
+    if shown is None:  # the row was locked by this transaction: it cannot have gone
+        raise updates.not_found(job_id)
+    return convert.job_out(shown)
+
+
+def _revision_of(if_match: str | None) -> int | None:
+    """``If-Match: "<revision>"`` (quoted as an ETag, or bare) → the revision; ``*``: any."""
+    if if_match is None or if_match.strip() == "*":
+        return None
+    text = if_match.strip().removeprefix("W/").strip('"')
+    if not text.isdigit() or len(text) > 20:
+        raise ValidationError(
+            f"If-Match must be a job's revision (digits), not {if_match[:40]!r}", field="If-Match"
+        )
+    return int(text)
 
 
 @router.get(

@@ -87,6 +87,8 @@ class JobRow(_Row):
     depends_on: list[str] | None
     created_at: datetime
     updated_at: datetime
+    revision: int = 0
+    deleted: bool = False
     last_execution: Any = None
     """The job's latest execution as JSON (``to_jsonb``), when the query joined it."""
 

@@ -93,6 +93,8 @@ class JobOut(BaseModel):
     depends_on: list[str]
     created_at: datetime
     updated_at: datetime
+    revision: int = Field(description="the definition's revision (If-Match of PATCH)")
+    deleted: bool = Field(False, description="deleted (DELETE): hidden from lists")
     last_execution: ExecutionOut | None = None
 
 
@@ -366,6 +368,18 @@ JOB_SCHEMA: dict[str, Any] = {
     "properties": _JOB_PROPERTIES,
     "additionalProperties": False,
 }
+JOB_UPDATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "JobUpdate",
+    "description": "the fields to change, each replacing the current one as a whole",
+    "minProperties": 1,
+    "properties": {
+        k: v
+        for k, v in _JOB_PROPERTIES.items()
+        if k not in ("job_id", "dag_id", "dag_key", "depends_on")
+    },
+    "additionalProperties": False,
+}
 DAG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "title": "DagSpec",
@@ -449,6 +463,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
             409,
             "the job's status does not allow this change, or the id exists with another definition",
         ),
+        (412, "If-Match names another revision than the job's current one"),
         (413, "payload or request body too large"),
         (415, "a request body that is not application/json"),
         (422, "well-formed but invalid (bad cron, unknown time zone, a DAG cycle, ...)"),

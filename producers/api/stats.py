@@ -47,7 +47,9 @@ FINISH_SLACK = timedelta(hours=1)
 )
 async def overview(res: Res) -> dict[str, Any]:
     async with res.pool.connection() as conn:
-        cur = await conn.execute("SELECT status, count(*) FROM jobs GROUP BY status")
+        cur = await conn.execute(  # deleted jobs are not shown on the dashboard
+            "SELECT status, count(*) FROM jobs WHERE NOT deleted GROUP BY status"
+        )
         by_status = {str(s): int(n) for s, n in await cur.fetchall()}
         cur = await conn.execute(
             "SELECT count(*) FILTER (WHERE replayed_at IS NULL), count(*) FROM dead_letters"

@@ -207,7 +207,7 @@ async def list_jobs(
     limit: int,
     name_contains: str | None = None,
 ) -> list[JobRow]:
-    where: list[str] = []
+    where: list[str] = ["NOT j.deleted"]  # deleted jobs answer by id only
     args: list[Any] = []
     for col, value in (("status", status), ("priority", priority), ("name", name)):
         if value is not None:

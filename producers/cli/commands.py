@@ -471,9 +471,16 @@ def _confirm(question: str) -> bool:
         answer = sys.stdin.readline()
     except (OSError, ValueError):  # no usable stdin (closed, or a detached job)
         answer = ""
-    if not answer:
+    if not answer or not _is_tty(sys.stdin):  # an answer from a pipe was not echoed
         print(file=sys.stderr)
     return answer.strip().lower() in ("y", "yes")
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _last_error(item: dict[str, Any]) -> str:

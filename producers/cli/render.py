@@ -106,6 +106,9 @@ class Progress:
     def advance(self, n: int) -> None:
         self.done += n
         if self.total:
+            # the total was counted before the work: what arrived since (a replay that died
+            # again) grows it rather than drawing 3/2
+            self.total = max(self.total, self.done)
             filled = int(30 * min(1.0, self.done / self.total))
             line = f"[{'#' * filled}{'-' * (30 - filled)}] {self.done}/{self.total} {self.what}"
         else:

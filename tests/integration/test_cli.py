@@ -1,8 +1,9 @@
 """The job/execution/DAG/DLQ commands against a live API: end to end, tables, --json, errors,
-bulk DLQ replay with progress."""
+bulk DLQ replay with progress and confirmation, dags list, a closed pipe."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -97,7 +98,11 @@ def test_jobs_end_to_end_tables_json_and_errors(
 
 
 def test_bulk_dlq_replay_shows_progress(
-    settings: CommonSettings, api: RunningApi, stack: Sink, capsys: pytest.CaptureFixture[str]
+    settings: CommonSettings,
+    api: RunningApi,
+    stack: Sink,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cli = Cli(api, capsys)
     now = datetime.now(UTC).isoformat()
@@ -111,13 +116,24 @@ def test_bulk_dlq_replay_shows_progress(
     wait_for(lambda: len(cli.json("dlq", "list")) == 3, 30, "three dead letters")
     rc, out, _ = cli("dlq", "list")
     assert rc == 0 and "SimulatedError" not in out and "doomed-" in out
-    rc, out, err = cli("dlq", "replay", "--name", "doomed-1", "--chunk", "1")
-    assert rc == 0 and "replayed 1 dead execution(s)" in out and "1 replayed" in err
+    rc, out, _ = cli("dlq", "list", "--name", "doomed-2")
+    assert rc == 0 and "doomed-2" in out and "doomed-0" not in out and len(out.splitlines()) == 2
+    rc, out, err = cli("dlq", "replay", "--name", "doomed-1", "--chunk", "1", "--yes")
+    assert rc == 0 and "replayed 1 dead execution(s)" in out and "1/1 replayed" in err
+    # without --yes it asks; anything but yes replays nothing
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    with pytest.raises(SystemExit, match="not confirmed"):
+        cli("dlq", "replay", "--since", "2020-01-01T00:00:00Z")
+    assert "replay 2 dead execution(s)? [y/N]" in capsys.readouterr().err
+    assert sum(1 for d in cli.json("dlq", "list") if d["replayed_at"] is None) >= 2
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
     rc, out, err = cli("dlq", "replay", "--since", "2020-01-01T00:00:00Z", "--chunk", "1")
     # the two others, and doomed-1's replay if it has already died again
     replayed = int(out.split()[1])
     assert rc == 0 and replayed in (2, 3)
-    assert err.splitlines()[-1] == f"{replayed} replayed"  # a progress line per chunk
+    # a bar per chunk, against the total counted before the first replay
+    bars = [line for line in err.splitlines() if line.startswith("[")]
+    assert bars[-1].endswith(f"{replayed}/{replayed} replayed"), err
     listed = {d["job_id"]: d["replayed_at"] for d in cli.json("dlq", "list")}
     assert all(listed[j] for j in ids)
 
@@ -142,3 +158,51 @@ def test_the_cli_runs_as_a_process_with_the_environment(api: RunningApi) -> None
         timeout=60,
     )
     assert done.returncode == 1 and "unauthorized" in done.stderr
+
+
+def test_dags_list_shows_each_dag_with_its_latest_run(
+    api: RunningApi, stack: Sink, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli = Cli(api, capsys)
+    target = {"type": "http", "url": stack.url}
+    body = {
+        "name": "cli-nightly-etl",
+        "jobs": [
+            {"key": "a", "name": "a", "target": target},
+            {"key": "b", "name": "b", "target": target, "depends_on": ["a"]},
+        ],
+    }
+    dag = cli.json("dags", "create", json.dumps(body))
+    rc, out, _ = cli("dags", "list", "--name", "NIGHTLY")
+    lines = out.splitlines()
+    assert rc == 0 and lines[0].split()[:4] == ["DAG_ID", "NAME", "SCHEDULE", "NODE_COUNT"]
+    assert len(lines) == 2 and dag["dag_id"] in lines[1] and "cli-nightly-etl" in lines[1]
+    assert cli.json("dags", "list", "--name", "no-such-dag") == []
+    cli.json("dags", "trigger", dag["dag_id"])
+    # the run's status, whatever it has reached (this stack has no resolver to finish it)
+    last = wait_for(
+        lambda: cli.json("dags", "list", "--name", "nightly")[0]["last_run"], 30, "the run"
+    )
+    rc, out, _ = cli("dags", "list", "--name", "nightly")
+    assert rc == 0 and f" {last['status']} " in out.splitlines()[1] + " "
+
+
+def test_a_closed_pipe_ends_quietly(api: RunningApi) -> None:
+    """`duetime jobs list | head` where head has gone: no traceback, SIGPIPE's exit status.
+    The read end is closed before the CLI starts, so its first write surely fails."""
+    env = {**os.environ, "DUETIME_API_URL": api.url, "DUETIME_API_TOKEN": TOKEN}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "duetime.cli", "jobs", "list"],
+            env=env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

@@ -253,5 +253,12 @@ def test_a_progress_bar_has_its_total(capsys: pytest.CaptureFixture[str]) -> Non
     progress.advance(1)
     progress.advance(3)
     progress.finish()
+    progress = render.Progress("replayed", 2)
+    progress.advance(3)  # more than counted (one died again meanwhile): the total grows
+    progress.finish()
     lines = capsys.readouterr().err.splitlines()
-    assert lines == [f"[{'#' * 7}{'-' * 23}] 1/4 replayed", f"[{'#' * 30}] 4/4 replayed"]
+    assert lines == [
+        f"[{'#' * 7}{'-' * 23}] 1/4 replayed",
+        f"[{'#' * 30}] 4/4 replayed",
+        f"[{'#' * 30}] 3/3 replayed",
+    ]
