@@ -20,7 +20,7 @@ from typing import Any
 from duetime.core.clock import SYSTEM_CLOCK
 from duetime.core.config import Env
 
-from . import render
+from . import render, update
 from .client import Api, ApiCallError, CliSettings
 
 JOB_COLUMNS = ("job_id", "name", "status", "priority", "next_run_at", "last_run")
@@ -106,25 +106,9 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
     create = sub.add_parser("create", help="create a job (flags, or a whole body with --body)")
     _common(create)
     create.add_argument("--body", help="the job as JSON, @file or - for stdin (flags override)")
-    create.add_argument("--name")
-    when = create.add_mutually_exclusive_group()
-    when.add_argument("--cron", help="5 fields, or 6 with seconds first")
-    when.add_argument("--at", help="one-time: an RFC 3339 timestamp")
-    create.add_argument("--timezone", help="IANA zone of --cron (default UTC)")
-    target = create.add_mutually_exclusive_group()
-    target.add_argument("--url-target", dest="target_url", help="http target URL")
-    target.add_argument("--python", dest="target_python", help="python target package.mod:fn")
-    target.add_argument("--kafka", dest="target_kafka", help="kafka target topic")
-    create.add_argument("--method", help="http target method (default POST)")
-    create.add_argument("--payload", help="JSON payload, @file or -")
-    create.add_argument("--priority", choices=("critical", "high", "normal", "low"))
-    create.add_argument("--max-retries", type=int)
-    create.add_argument("--base-delay-s", type=float)
-    create.add_argument("--timeout-s", type=float)
-    create.add_argument("--misfire", choices=("skip", "run_once", "run_all"))
-    create.add_argument("--overlap", choices=("skip", "allow", "queue_one"))
+    job_flags(create)
     create.add_argument("--job-id", help="client-chosen UUID (idempotent create)")
-    create.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    update.add_arguments(sub)
 
     for name, text in (("get", "show one job"),):
         p = sub.add_parser(name, help=text)
@@ -146,6 +130,28 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=text)
         _common(p)
         p.add_argument("job_id")
+
+
+def job_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a job's fields (``jobs create``, ``jobs update``)."""
+    parser.add_argument("--name")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--cron", help="5 fields, or 6 with seconds first")
+    when.add_argument("--at", help="one-time: an RFC 3339 timestamp")
+    parser.add_argument("--timezone", help="IANA zone of --cron (default UTC)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--url-target", dest="target_url", help="http target URL")
+    target.add_argument("--python", dest="target_python", help="python target package.mod:fn")
+    target.add_argument("--kafka", dest="target_kafka", help="kafka target topic")
+    parser.add_argument("--method", help="http target method (default POST)")
+    parser.add_argument("--payload", help="JSON payload, @file or -")
+    parser.add_argument("--priority", choices=("critical", "high", "normal", "low"))
+    parser.add_argument("--max-retries", type=int)
+    parser.add_argument("--base-delay-s", type=float)
+    parser.add_argument("--timeout-s", type=float)
+    parser.add_argument("--misfire", choices=("skip", "run_once", "run_all"))
+    parser.add_argument("--overlap", choices=("skip", "allow", "queue_one"))
+    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
 
 
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,6 +223,8 @@ def _labels_flag(items: list[str], base: Any) -> dict[str, str] | None:
 
 def run_jobs(args: argparse.Namespace) -> int:
     def action(api: Api) -> int:
+        if args.action in update.ACTIONS:
+            return update.run(api, args, _create_body)
         if args.action == "create":
             out = api.post("/v1/jobs", _create_body(args))
             render.as_json(out) if args.json else render.record(out)

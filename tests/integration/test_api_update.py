@@ -24,6 +24,7 @@ from tests.integration.test_api_support import (
     table_counts,
     topic_record_count,
 )
+from tests.integration.test_cli import Cli
 from tests.integration.test_worker_support import Sink
 
 FAR = {"at": "2099-01-01T00:00:00Z"}
@@ -237,3 +238,30 @@ def test_concurrent_patches_each_build_on_the_other(api: RunningApi) -> None:
                 assert a.result().status_code == 200 and b.result().status_code == 200
         job = c.get(f"/v1/jobs/{job_id}").json()
         assert job["priority"] == "high" and job["labels"] == {"k": "v"}
+
+
+def test_cli_jobs_update_and_delete(api: RunningApi, capsys: pytest.CaptureFixture[str]) -> None:
+    cli = Cli(api, capsys)
+    created = cli.json("jobs", "create", "--name", "cli", "--at", FAR["at"], "--python", "m:f")
+    job_id = created["job_id"]
+    revision = cli.json("jobs", "get", job_id)["revision"]
+    updated = cli.json(
+        "jobs", "update", job_id, "--cron", "*/5 * * * *", "--priority", "high",
+        "--label", "team=a", "--if-revision", str(revision),
+    )  # fmt: skip
+    assert updated["schedule"] == {"cron": "*/5 * * * *", "timezone": "UTC"}
+    assert updated["priority"] == "high" and updated["labels"] == {"team": "a"}
+    assert updated["target"] == {"type": "python", "ref": "m:f"} and updated["name"] == "cli"
+    # refused: a stale revision (412), a bad field (named), nothing to change
+    rc, _, err = cli("jobs", "update", job_id, "--priority", "low", "--if-revision", "1")
+    assert rc == 1 and "precondition_failed" in err
+    rc, _, err = cli("jobs", "update", job_id, "--timeout-s", "-1")
+    assert rc == 1 and "field timeout_s" in err
+    with pytest.raises(SystemExit, match="at least one field"):
+        cli("jobs", "update", job_id)
+    rc, out, _ = cli("jobs", "delete", job_id)
+    assert rc == 0 and f"job {job_id} deleted" in out
+    assert job_id not in {j["job_id"] for j in cli.json("jobs", "list", "--all")}
+    assert cli.json("jobs", "get", job_id)["deleted"] is True
+    rc, _, err = cli("jobs", "update", job_id, "--priority", "low")
+    assert rc == 1 and "deleted" in err
