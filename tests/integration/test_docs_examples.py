@@ -72,4 +72,5 @@ def test_plain_avro_example_creates_a_job_that_runs(settings: CommonSettings, st
         60,
         "the example's job to call its HTTP target",
     )
+    assert delivery is not None  # wait_for returns only a truthy value
     assert delivery.body["payload"] == {"invoice": 42}, json.dumps(delivery.body)
