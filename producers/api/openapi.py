@@ -40,6 +40,8 @@ def _links() -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
         "ResumeJob": ("resume_job_v1_jobs__job_id__resume_post", _JOB_ID),
         "TriggerJob": ("trigger_job_v1_jobs__job_id__trigger_post", _JOB_ID),
         "CancelJob": ("cancel_job_v1_jobs__job_id__cancel_post", _JOB_ID),
+        "UpdateJob": ("update_job_v1_jobs__job_id__patch", _JOB_ID),
+        "DeleteJob": ("delete_job_v1_jobs__job_id__delete", _JOB_ID),
     }
     dag = {
         "GetDag": ("get_dag_v1_dags__dag_id__get", _DAG_ID),
