@@ -14,7 +14,8 @@ attributes: ``created.definition.name``; ``.to_avro()`` gives the plain form).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import TracebackType
@@ -27,11 +28,12 @@ from duetime.core import kafka
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import CommonSettings, Env
 from duetime.core.dag import validate_dag_pairs
-from duetime.core.errors import PayloadTooLarge, RetryableError, ValidationError
+from duetime.core.errors import Conflict, PayloadTooLarge, RetryableError, ValidationError
 from duetime.core.jobspec import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_DEFINITION_BYTES,
     build_job,
+    job_to_api,
     parse_uuid,
     schedule_of,
 )
@@ -109,7 +111,15 @@ class JobClient:
         settings: CommonSettings | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         clock: Clock = SYSTEM_CLOCK,
+        check_existing: bool = False,
     ) -> None:
+        """``check_existing``: ``create_job`` with a given ``job_id`` first reads the
+        PostgreSQL projection (``database_url``), as REST does: an existing job with another
+        body raises :class:`Conflict`, the same body publishes nothing. Off by default: over
+        Kafka alone the SDK cannot see existing jobs (and a bulk load must not pay a query per
+        job); a re-create with another body is then published as the job's next revision,
+        which its scheduler applies. Change jobs with :meth:`update_job`."""
+        self.check_existing = check_existing
         base = settings or CommonSettings.from_env(Env())
         if bootstrap_servers is not None:
             base = replace(base, bootstrap_servers=bootstrap_servers)
@@ -145,9 +155,13 @@ class JobClient:
     def create_job(
         self, spec: Mapping[str, Any] | None = None, *, wait: bool = True, **fields: Any
     ) -> JobCreated:
-        """Validate and publish a job. Re-creating the same job_id with the same body is a no-op."""
+        """Validate and publish a job. Re-creating the same job_id with the same body is a no-op;
+        with another body it raises :class:`Conflict` when the client checks existing jobs
+        (``check_existing=True``), else it is published as an update (see ``__init__``)."""
         definition = self.build(spec, **fields)
-        self.publish_definition(definition, wait=wait)
+        given_id = {**(spec or {}), **fields}.get("job_id")
+        if not (given_id and self.check_existing and self._exists_same(definition)):
+            self.publish_definition(definition, wait=wait)
         return JobCreated(
             job_id=definition.job_id,
             status=(Status.BLOCKED if definition.depends_on else Status.PENDING).value,
@@ -168,6 +182,22 @@ class JobClient:
         self._send(self.topics.jobs, definition.job_id, value, on_delivery)
         if wait:
             self.flush()
+
+    def _exists_same(self, definition: JobDefinition) -> bool:
+        """Whether the projection holds this job with this same body; :class:`Conflict` if it
+        holds it with another one."""
+        with self._projection() as conn:
+            row = conn.execute(updates.CURRENT_SQL, (definition.job_id,)).fetchone()
+        if row is None:
+            return False
+        body, _, _, _ = updates.current_body(definition.job_id, row)
+        wanted = job_to_api(definition)
+        if body != wanted:
+            raise Conflict(
+                f"job {definition.job_id} exists with a different definition",
+                details={"job_id": definition.job_id},
+            )
+        return True
 
     def build_update(
         self,
@@ -266,21 +296,27 @@ class JobClient:
     ) -> JobDefinition | None:
         """Lock the job's row, ``build(body, revision, created_at, status)`` its next
         revision, publish it and write it back; commit (the lock is released) at the end."""
+        with self._projection() as conn:
+            row = conn.execute(updates.CURRENT_SQL, (job_id,)).fetchone()
+            if row is None:
+                raise updates.not_found(job_id)
+            body, revision, created_at, status = updates.current_body(job_id, row)
+            definition = build(body, revision, created_at, status)
+            if definition is None:
+                return None
+            self.publish_definition(definition)
+            conn.execute(updates.WRITE_SQL, updates.row_values(definition))
+            return definition
+
+    @contextmanager
+    def _projection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction on the PostgreSQL projection (committed when the block ends)."""
         try:
             with psycopg.connect(self.settings.database_url, connect_timeout=5) as conn:
-                row = conn.execute(updates.CURRENT_SQL, (job_id,)).fetchone()
-                if row is None:
-                    raise updates.not_found(job_id)
-                body, revision, created_at, status = updates.current_body(job_id, row)
-                definition = build(body, revision, created_at, status)
-                if definition is None:
-                    return None
-                self.publish_definition(definition)
-                conn.execute(updates.WRITE_SQL, updates.row_values(definition))
-                return definition
-        except psycopg.OperationalError as exc:
+                yield conn
+        except psycopg.OperationalError as exc:  # a URL in its message loses its password
             raise RetryableError(
-                f"cannot read the job from PostgreSQL: {redact_text(str(exc))}"[:500]
+                f"cannot reach PostgreSQL: {redact_text(str(exc))}"[:500]
             ) from None
 
     def cancel(self, job_id: str, *, wait: bool = True) -> str:

@@ -5,6 +5,7 @@ SDK's update_job / delete_job and the CLI's ``jobs update`` / ``jobs delete``.""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 
 from duetime.core.config import CommonSettings
-from duetime.core.errors import Conflict, NotFound, ValidationError
+from duetime.core.errors import Conflict, NotFound, RetryableError, ValidationError
 from duetime.producers.sdk import JobClient, dag_trigger_job_id
 from tests.helpers import wait_for
 from tests.integration import test_api
@@ -265,3 +266,27 @@ def test_cli_jobs_update_and_delete(api: RunningApi, capsys: pytest.CaptureFixtu
     assert cli.json("jobs", "get", job_id)["deleted"] is True
     rc, _, err = cli("jobs", "update", job_id, "--priority", "low")
     assert rc == 1 and "deleted" in err
+
+
+def test_sdk_create_job_over_an_existing_id_checks_the_projection(
+    settings: CommonSettings, api: RunningApi
+) -> None:
+    job_id = str(uuid.uuid4())
+    body = job_body(schedule=FAR, job_id=job_id)
+    with api.client() as c:
+        assert c.post("/v1/jobs", json=body).status_code == 201
+    before = topic_record_count(settings)
+    with JobClient(settings=settings, check_existing=True) as client:
+        same = client.create_job(body)  # the same body: nothing published
+        assert same.job_id == job_id
+        assert topic_record_count(settings) == before
+        with pytest.raises(Conflict):
+            client.create_job({**body, "priority": "high"})
+        assert topic_record_count(settings) == before
+        fresh = client.create_job(job_body(schedule=FAR, job_id=str(uuid.uuid4())))
+    assert topic_record_count(settings) == before + 1 and fresh.definition.name
+    broken = replace(settings, database_url="postgresql://u:hunter2@127.0.0.1:1/x")
+    with JobClient(settings=broken, check_existing=True) as client:
+        with pytest.raises(RetryableError) as err:
+            client.create_job(body)
+        assert "hunter2" not in str(err.value)
