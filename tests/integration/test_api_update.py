@@ -84,6 +84,10 @@ def test_patch_changes_the_schedule_and_the_scheduler_fires_on_the_new_one(
         job = wait_job(c, job_id, lambda j: j["status"] == "success", "the new schedule to fire")
         assert job["last_execution"]["status"] == "success"
         assert calls_of(stack, job_id) == 1
+        # a finished one-time job given another time runs again
+        again = iso(datetime.now(UTC) + timedelta(seconds=1))
+        assert c.patch(f"/v1/jobs/{job_id}", json={"schedule": {"at": again}}).status_code == 200
+        wait_for(lambda: calls_of(stack, job_id) == 2, 30, "the second run")
         # the same If-Match again names a revision the job has moved past
         stale = c.patch(
             f"/v1/jobs/{job_id}",
