@@ -43,13 +43,20 @@ the definition inside the job's state record, and the producers' record limit is
 bytes. Measured as the field values' JSON (strings as their bytes): a little above Avro."""
 _SIZED_FIELDS = ("payload_json", "labels", "target", "depends_on", "dag_key", "schedule")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_TASK_NAME_RE = re.compile(r"^[A-Za-z_][\w.-]{0,199}$")
+# The patterns are ASCII (no \w, which is Unicode in Python and ASCII in JSON Schema) and
+# published as they are in the OpenAPI document (producers/api/schemas.py), so the document
+# says exactly what the server accepts.
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+TASK_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,199}$"
 """A registered task's name (``@duetime.task("send-invoice")``)."""
-_CALLABLE_REF_RE = re.compile(
-    r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z]\w*(?:\.[A-Za-z]\w*)*)$"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+CALLABLE_REF_PATTERN = (
+    rf"^({_IDENT}(?:\.{_IDENT})*):([A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z][A-Za-z0-9_]*)*)$"
 )
 """``package.module:function``; no attribute on the path may be private or dunder."""
+_TOPIC_RE = re.compile(TOPIC_PATTERN)
+_TASK_NAME_RE = re.compile(TASK_NAME_PATTERN)
+_CALLABLE_REF_RE = re.compile(CALLABLE_REF_PATTERN)
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _KEYS = frozenset(
     {

@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from duetime.core.jobspec import CALLABLE_REF_PATTERN, TASK_NAME_PATTERN, TOPIC_PATTERN
+from duetime.core.retry import MAX_DELAY_LIMIT_S, MAX_RETRIES_LIMIT, MIN_BASE_DELAY_S
+
 Status = Literal[
     "pending",
     "queued",
@@ -322,7 +325,12 @@ TARGET_SCHEMA: dict[str, Any] = {
             "required": ["type", "ref"],
             "properties": {
                 "type": {"const": "python"},
-                "ref": {"type": "string", "example": "package.module:function"},
+                "ref": {
+                    "type": "string",
+                    "maxLength": 400,
+                    "pattern": f"{TASK_NAME_PATTERN}|{CALLABLE_REF_PATTERN}",
+                    "example": "package.module:function",
+                },
             },
             "additionalProperties": False,
         },
@@ -330,7 +338,10 @@ TARGET_SCHEMA: dict[str, Any] = {
             "type": "object",
             "title": "KafkaTarget",
             "required": ["type", "topic"],
-            "properties": {"type": {"const": "kafka"}, "topic": {"type": "string"}},
+            "properties": {
+                "type": {"const": "kafka"},
+                "topic": {"type": "string", "pattern": TOPIC_PATTERN},
+            },
             "additionalProperties": False,
         },
     ]
@@ -349,9 +360,17 @@ _JOB_PROPERTIES: dict[str, Any] = {
     "retry": {
         "type": ["object", "null"],
         "properties": {
-            "max_retries": {"type": "integer", "minimum": 0},
-            "base_delay_s": {"type": "number", "minimum": 0},
-            "max_delay_s": {"type": "number", "minimum": 0},
+            "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES_LIMIT},
+            "base_delay_s": {
+                "type": "number",
+                "minimum": MIN_BASE_DELAY_S,
+                "maximum": MAX_DELAY_LIMIT_S,
+            },
+            "max_delay_s": {
+                "type": "number",
+                "minimum": MIN_BASE_DELAY_S,
+                "maximum": MAX_DELAY_LIMIT_S,
+            },
             "jitter": {"type": "boolean"},
         },
         "additionalProperties": False,
