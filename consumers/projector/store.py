@@ -21,7 +21,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
+from duetime.core.cancel import flag_cancelled_jobs
 from duetime.core.clock import SYSTEM_CLOCK, Clock
+from duetime.core.models import Status
 from duetime.core.projection import JOB_COLUMNS, JOB_DEFINITION_COLUMNS, JOB_STATUS_COLUMNS
 from duetime.core.records import (
     DagDefinition,
@@ -298,6 +300,15 @@ class ProjectionStore:
             if job_rows:
                 self._copy(conn, "stage_jobs", JOB_COLUMNS, job_rows)
                 conn.execute(_JOB_UPSERT)
+            # a job turned cancelled (by any client): its running work is told to stop through
+            # its leases, in the transaction that records the status (duetime.core.cancel)
+            cancelled = sorted(
+                job_id
+                for job_id, (_, state) in batch.states.items()
+                if state.status is Status.CANCELLED
+            )
+            if cancelled:
+                flag_cancelled_jobs(conn, cancelled)
             touched = {job_id for _, job_id, _ in batch.executions.values()}
             touched |= batch.definitions.keys() | batch.states.keys()
             if touched:

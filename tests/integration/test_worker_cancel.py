@@ -1,6 +1,6 @@
 """Cancelling a running execution (issue 14, item 3), against the real broker and database.
 
-The cancel reaches the worker through the lease row (``consumers.worker.cancel``), read on
+The cancel reaches the worker through the lease row (``duetime.core.cancel``), read on
 every renewal; the worker runs with the default lease TTL (10 s, so a renewal every 2 s) and
 must stop the work within 5 s of the cancel: an HTTP call is aborted (the sink sees the
 connection close), a coroutine task is cancelled, a sync task sees ``ctx.cancelled``. The
@@ -20,12 +20,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from bench.dag_harness import ResolverProcess
-from duetime.consumers.worker.cancel import (
+from duetime.consumers.worker.leases import LeaseStore
+from duetime.core.cancel import (
     flag_cancelled_jobs,
     request_cancel,
     request_cancel_dag_run,
 )
-from duetime.consumers.worker.leases import LeaseStore
 from duetime.core.config import CommonSettings
 from duetime.producers.sdk import JobClient
 from tests.helpers import RunningScheduler, TopicReader, wait_for
@@ -268,3 +268,37 @@ def test_the_flag_reaches_renewals_and_later_claims_of_the_job_or_dag_run_only(
             await b.close()
 
     asyncio.run(scenario())
+
+
+def test_a_cancel_over_kafka_alone_stops_the_running_call_through_the_projector(
+    settings: CommonSettings,
+    scheduler: RunningScheduler,
+    worker: RunningWorker,
+    client: JobClient,
+    holding_sink: HoldingSink,
+    results: TopicReader,
+) -> None:
+    """The SDK publishes the cancel to Kafka only (no API, nobody writes the flag by hand):
+    the projector sees the job turn cancelled in the scheduler's state and flags its lease."""
+    from tests.integration.test_projector_support import RunningProjector
+
+    projector = RunningProjector(settings)
+    try:
+        job = client.create_job(
+            name="slow-http-sdk-cancel",
+            schedule=NOW,
+            target={"type": "http", "url": holding_sink.url},
+            timeout_s=120,
+            retry=RETRY,
+        )
+        wait_for(lambda: holding_sink.arrived, 30, "the HTTP call to reach the sink")
+        [key] = holding_sink.arrived
+        cancelled_at = time.time()
+        client.cancel(job.job_id)
+        aborted_at = wait_for(lambda: holding_sink.aborted.get(key, 0.0), 15, "the abort")
+        # the scheduler's cycle, the projector's batch and one renewal (every 2 s)
+        assert aborted_at - cancelled_at < STOP_WITHIN_S
+        [result] = final(results, job.job_id)
+        assert_cancelled(result, cancelled_at)
+    finally:
+        projector.stop()

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from duetime.consumers.tasks import ExecutionContext
-from duetime.consumers.worker.cancel import _checked
 from duetime.consumers.worker.results import cancelled
 from duetime.consumers.worker.settings import CANCEL_CHECK_S, WorkerSettings
+from duetime.core.cancel import _checked
 from duetime.core.config import Env
 from duetime.core.models import ErrorReason, ResultStatus
 

@@ -16,10 +16,12 @@ was claimed would be missed. The flag is written *after* the cancel command was 
 the scheduler has the job cancelled (no new attempt is emitted, late results are absorbed)
 whichever of the two a crash interrupts.
 
-For a writer that sees cancels in batches on a blocking connection (the projector, which
-sees every job turn ``cancelled`` whichever client cancelled it: REST, CLI or SDK),
-:func:`flag_cancelled_jobs` flags the leases of many jobs in one statement, inside the
-caller's transaction.
+Who writes the flag: the projector, which sees every job turn ``cancelled`` in the scheduler's
+state changelog whichever client cancelled it (REST, CLI or the SDK over Kafka alone), flags
+the leases of those jobs with :func:`flag_cancelled_jobs`, in the same transaction that records
+the status (so a cancel reaches running work within ~the projector's lag + one renewal). The
+API may call :func:`request_cancel` as well, to save the projector's lag. It lives in the core
+because two roles write it and the worker reads it (roles do not import each other).
 
 All calls are idempotent (a lease already flagged keeps its first time) and return how many
 leases they flagged. The caller owns the connection and its transaction (with autocommit,
