@@ -66,7 +66,7 @@ class Swallower:
         asyncio.run(self._swallow())
 
     async def _swallow(self) -> None:
-        from consumers.worker.leases import LeaseStore
+        from duetime.consumers.worker.leases import LeaseStore
         from duetime.core.records import ExecutionRequest
         from duetime.schemas.codec import Codec
 
