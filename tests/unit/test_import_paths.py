@@ -21,6 +21,8 @@ def _bare_role_imports(path: Path) -> list[str]:
             names = [node.module]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+        else:
+            continue
         found += [
             f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
             for n in names
