@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -124,7 +125,9 @@ def test_bulk_dlq_replay_shows_progress(
     monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
     with pytest.raises(SystemExit, match="not confirmed"):
         cli("dlq", "replay", "--since", "2020-01-01T00:00:00Z")
-    assert "replay 2 dead execution(s)? [y/N]" in capsys.readouterr().err
+    # the two others, and doomed-1's replay if it has already died again (as below)
+    asked = capsys.readouterr().err
+    assert re.search(r"replay [23] dead execution\(s\)\? \[y/N\]", asked), asked
     assert sum(1 for d in cli.json("dlq", "list") if d["replayed_at"] is None) >= 2
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
     rc, out, err = cli("dlq", "replay", "--since", "2020-01-01T00:00:00Z", "--chunk", "1")
