@@ -13,8 +13,8 @@ from typing import Protocol
 
 class Clock(Protocol):
     def now_ms(self) -> int:
-        """Milliseconds since the Unix epoch (UTC)."""
-        ...
+        """Milliseconds since the Unix epoch (UTC). (A protocol: SystemClock and ManualClock
+        below are its implementations.)"""
 
 
 class SystemClock:
