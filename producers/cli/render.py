@@ -92,7 +92,8 @@ def record(
         ) or [""]
         out.write(f"{k.ljust(width)}  {lines[0]}".rstrip() + "\n")
         for line in lines[1:]:
-            out.write(f"{indent}{line}".rstrip() + "\n")
+            if line.strip():  # a chunk of trailing whitespace alone would be a blank line
+                out.write(f"{indent}{line}".rstrip() + "\n")
 
 
 class Progress:
