@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duetime.core.errors import IllegalTransition
-from duetime.core.jobspec import _dt, _ms, same_job, schedule_of
+from duetime.core.inputs import MAX_TIME_MS, check_number
+from duetime.core.jobspec import MAX_TIMEOUT_S, _dt, _ms, same_job, schedule_of
 from duetime.core.models import (
     ControlKind,
     DagRunEventKind,
@@ -47,6 +48,7 @@ from duetime.core.models import (
 from duetime.core.records import (
     AttemptError,
     ControlCommand,
+    CronSchedule,
     DagNode,
     DagRunEvent,
     DeadLetter,
@@ -57,7 +59,7 @@ from duetime.core.records import (
     JobDefinition,
     SchedulerState,
 )
-from duetime.core.retry import RetryPolicy, retry_delay_s, should_retry
+from duetime.core.retry import MAX_DELAY_LIMIT_S, RetryPolicy, retry_delay_s, should_retry
 from duetime.core.schedule import OneTime, first_fire, misfire_fires, next_fire, overlap_decision
 from duetime.core.states import TERMINAL, Event, transition
 
@@ -189,12 +191,39 @@ def check_input(record: Input) -> None:
     topic instead of being held or stored forever (job ids are UUIDs everywhere: the SDK and
     the API check them; attempts count from 1; a result names a UUID execution)."""
     _check_uuid(record.job_id, "job_id")
+    if isinstance(record, JobDefinition):
+        _check_definition(record)
     if isinstance(record, ExecutionResult):
         _check_uuid(record.execution_id, "execution_id")
         if record.attempt < 1:
             raise ValueError(f"attempt {record.attempt} is not 1-based")
         if record.lease_token < 0:
             raise ValueError(f"lease_token {record.lease_token} is negative")
+        _check_time(record.scheduled_at_ms, "scheduled_at_ms")
+        if record.retry_after_s is not None:
+            check_number(record.retry_after_s, "retry_after_s", lo=0, hi=MAX_DELAY_LIMIT_S)
+
+
+def _check_time(at_ms: int | None, name: str) -> None:
+    if at_ms is not None and not 0 <= at_ms <= MAX_TIME_MS:
+        raise ValueError(f"{name} {at_ms} is not a time duetime can have written")
+
+
+def _check_definition(definition: JobDefinition) -> None:
+    """The numbers the scheduler computes with, in the ranges the SDK and the API allow: a
+    timeout of -1e16 s written past them would make deadlines no state record can hold."""
+    check_number(definition.timeout_s, "timeout_s", lo=0, lo_open=True, hi=MAX_TIMEOUT_S)
+    if definition.revision < 0:
+        raise ValueError(f"revision {definition.revision} is negative")
+    _check_time(definition.created_at_ms, "created_at_ms")
+    _check_time(definition.updated_at_ms, "updated_at_ms")
+    schedule = definition.schedule
+    if isinstance(schedule, CronSchedule):
+        _check_time(schedule.start_at_ms, "schedule.start_at_ms")
+        _check_time(schedule.end_at_ms, "schedule.end_at_ms")
+    elif schedule is not None:
+        _check_time(schedule.at_ms, "schedule.at_ms")
+    retry_policy_of(definition)  # RetryPolicy validates its numbers when built
 
 
 def _check_uuid(value: str, name: str) -> None:

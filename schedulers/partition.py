@@ -82,8 +82,13 @@ class Pending:
     """What the current cycle will write."""
 
     dirty: dict[str, SchedulerState] = field(default_factory=dict)
+    encoded: dict[str, bytes] = field(default_factory=dict)
+    """Each dirty state as it will be written (encoded when the input that changed it was
+    applied: a state that cannot be written is that input's fault, not the partition's)."""
     out: logic.Outputs = field(default_factory=logic.Outputs)
     """Execution requests, dead letters, commands to other jobs and DAG run events."""
+    messages: list[_Message] = field(default_factory=list)
+    """``out`` encoded, in the order of the routes' records (encoded as they are collected)."""
     poison: list[Parked] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)
     held: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
@@ -262,6 +267,7 @@ class PartitionOwner:
         """Apply one input record (jobs, control or results) to the cycle."""
         topic, offset = msg.topic() or "", msg.offset() or 0
         self.pending.offsets[topic] = offset + 1
+        job_id: str | None = None
         try:
             record = self._decode(msg, topic, offset)
             job_id = record.job_id
@@ -273,13 +279,14 @@ class PartitionOwner:
                 self.pending.held[key] = (job_id, msg.value() or b"")
                 return
             new, out = self._apply(state, record, now_ms)
+            self._collect(job_id, new, out)
         except CONTENT_ERRORS as exc:
             # undecodable, or valid Avro with content no job can have (e.g. a cron that never
-            # fires written past the SDK), or content our logic trips over: park it with its
-            # bytes, move on
+            # fires written past the SDK), content our logic trips over, or a state or output
+            # that cannot be written: park it with its bytes, move on (the job keeps the state
+            # its last good input gave it)
+            self._undo(job_id)
             self._park(msg, exc)
-            return
-        self._collect(job_id, new, out)
 
     def _decode(
         self, msg: Message, topic: str, offset: int
@@ -369,10 +376,27 @@ class PartitionOwner:
             try:
                 out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
                 self._check_sizes(out)
+                self._collect(job_id, state, out)
             except CONTENT_ERRORS as exc:
-                out = self._quarantine(state, exc, now_ms)
-            self._collect(job_id, state, out)
+                self._undo(job_id)
+                self._fire_failed(job_id, exc, now_ms)
         return len(due)
+
+    def _fire_failed(self, job_id: str, exc: Exception, now_ms: int) -> None:
+        """Quarantine the job; if even that cannot be written, leave it out of the timer (its
+        committed state stays as it was; it is met again only at the next restore)."""
+        state = self._state(job_id)
+        if state is None:
+            return
+        try:
+            self._collect(job_id, state, self._quarantine(state, exc, now_ms))
+        except CONTENT_ERRORS as again:
+            self._undo(job_id)
+            log.error(
+                "job left out of the timer: its quarantine cannot be written either: %s",
+                redact_text(f"{type(again).__name__}: {again}"),
+                extra={"job_id": job_id, "partition": self.partition},
+            )
 
     def _check_sizes(self, out: logic.Outputs) -> None:
         """A DAG run's ``started`` event lists every node: the one output that can outgrow
@@ -433,9 +457,38 @@ class PartitionOwner:
         return True
 
     def _collect(self, job_id: str, state: SchedulerState | None, out: logic.Outputs) -> None:
-        if state is not None and out.state_changed:
+        """Add one input's (or one fire's) effects to the cycle, encoded now: a value the
+        schemas cannot hold raises here, for the caller to blame on its input, rather than
+        in the transaction, which would fail the same way at every retry."""
+        messages = [
+            _Message(
+                topic,
+                route.key(record),
+                self.codec.dump(record, topic=topic),
+                self.partition if route.own_partition else _ANY_PARTITION,
+            )
+            for route in _ROUTES
+            for record in route.records(out)
+            for topic in (route.topic(self.topics, record),)
+        ]
+        if state is not None and (out.state_changed or job_id in self.pending.dirty):
+            # a state already dirty is encoded again whatever changed: the bytes are its latest
+            self.pending.encoded[job_id] = self.codec.dump(state, topic=self.topics.state)
             self.pending.dirty[job_id] = state
         self.pending.out.extend(out)
+        self.pending.messages.extend(messages)
+
+    def _undo(self, job_id: str | None) -> None:
+        """Forget what a failed input did to its job's in-memory state: back to the state as
+        last collected in this cycle, or as committed."""
+        if job_id is None or job_id not in self.pending.dirty:
+            return
+        if job_id in self.pending.encoded:
+            self.pending.dirty[job_id] = self.codec.load(
+                SchedulerState, self.pending.encoded[job_id], topic=self.topics.state
+            )
+        else:
+            del self.pending.dirty[job_id]
 
     def next_wake_ms(self) -> int | None:
         return self.store.next_wake_ms()
@@ -473,22 +526,14 @@ class PartitionOwner:
     def _messages(self, p: Pending) -> Iterator[_Message]:
         """Every record of the transaction (the store takes the states and held commands as
         they go: rolled back if the transaction fails)."""
-        for route in _ROUTES:
-            for record in route.records(p.out):
-                topic = route.topic(self.topics, record)
-                yield _Message(
-                    topic,
-                    route.key(record),
-                    self.codec.dump(record, topic=topic),
-                    self.partition if route.own_partition else _ANY_PARTITION,
-                )
+        yield from p.messages
         for parked in p.poison:
             yield _Message(
                 self.topics.poison, parked.key, parked.value, self.partition, [*parked.headers]
             )
         for job_id, state in p.dirty.items():
             wake = logic.wake_at_ms(state)
-            value = self.codec.dump(state, topic=self.topics.state)
+            value = p.encoded[job_id]
             header = b"" if wake is None else str(wake).encode()
             yield _Message(
                 self.topics.state, job_id, value, self.partition, [(WAKE_HEADER, header)]

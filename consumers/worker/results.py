@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duetime.core.errors import FailPermanently, PermanentError, RetryLater
+from duetime.core.inputs import MAX_TIME_MS
 from duetime.core.models import ErrorReason, ResultStatus
 from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult
 from duetime.core.redact import escape_control, redact_text
@@ -30,7 +31,6 @@ MAX_OUTPUT_BYTES = 64 * 1024
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 """A request's timeout above this (or not finite) is refused as undecodable: no job spec allows
 it, and an infinite one breaks timer arithmetic (``ceil(inf)``)."""
-_MAX_TIME_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z: datetime's range
 
 
 _KNOWN_REASONS = frozenset(reason.value for reason in ErrorReason)
@@ -228,5 +228,5 @@ def check_request(request: ExecutionRequest) -> None:
         ("scheduled_at_ms", request.scheduled_at_ms),
         ("due_at_ms", request.due_at_ms),
     ):
-        if not 0 <= at_ms <= _MAX_TIME_MS:
+        if not 0 <= at_ms <= MAX_TIME_MS:
             raise ValueError(f"{name} {at_ms} is not a time duetime can have written")

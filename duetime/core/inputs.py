@@ -48,6 +48,10 @@ routed (a user ``Host`` would win over the URL; ``Transfer-Encoding`` beside our
 _OWN_HEADER_PREFIXES = ("x-duetime-", "duetime-")
 
 
+MAX_TIME_MS = 253_402_300_799_000
+"""9999-12-31T23:59:59Z, the end of datetime's range: no time duetime writes is later."""
+
+
 def check_number(
     value: Any,
     field: str,

@@ -216,6 +216,17 @@ def invalid_content(
         )
         out[0][3].update({"scheduler", "projector"})
         out[1][3].update({"scheduler", "projector"})
+        # a timeout no API allows: its rescue deadline would not fit a state record (the
+        # hostile corpus found a scheduler partition retrying that transaction forever)
+        far = {**r, "job_id": str(uuid.uuid4()), "timeout_s": -4.4e16}
+        out.append(
+            (
+                "timeout-far-negative",
+                far["job_id"].encode(),
+                codec.encode("job", far),
+                {"scheduler"},
+            )
+        )
     elif event_type == "control":
         r = sample(reader, source, codec, "control")
         bad = {**r, "kind": "replay", "job_id": NOT_A_UUID, "execution_id": NOT_A_UUID}
@@ -236,6 +247,15 @@ def invalid_content(
                 r["job_id"].encode(),
                 codec.encode("result", bad),
                 {"scheduler", "projector"},
+            )
+        )
+        late = {**r, "retry_after_s": 1e300}
+        out.append(
+            (
+                "result-retry-after-huge",
+                r["job_id"].encode(),
+                codec.encode("result", late),
+                {"scheduler"},
             )
         )
     elif event_type == "execution":

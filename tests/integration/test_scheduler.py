@@ -418,3 +418,72 @@ def test_a_dag_run_too_large_for_one_record_quarantines_its_trigger_only(
         assert scheduler.thread.is_alive()
     finally:
         dlq.close()
+
+
+@pytest.mark.parametrize("net", [False, True], ids=["refused-at-input", "caught-at-encode"])
+def test_an_input_whose_state_cannot_be_written_is_parked_not_retried(
+    settings: CommonSettings,
+    scheduler: Running,
+    client: JobClient,
+    executions: TopicReader,
+    monkeypatch: pytest.MonkeyPatch,
+    net: bool,
+) -> None:
+    """The hostile corpus found it: a raw job with ``timeout_s = -4.4e16`` gave its in-flight
+    execution a rescue deadline no state record can hold; the transaction failed at encoding,
+    and the partition restored and retried it forever, so no job on it fired again. Now the
+    scheduler refuses such a definition at input; and whatever input still makes a state or an
+    output that cannot be written (``net``: the input check switched off) is parked when it
+    is applied, or quarantines its job when it is fired, while the partition goes on."""
+    from duetime.schedulers import logic
+
+    if net:
+        monkeypatch.setattr(logic, "check_input", lambda record: None)
+    topics = Topics(settings.topic_prefix)
+    poison = TopicReader(settings, [topics.poison], None)
+    dlq = TopicReader(settings, [topics.dlq], "dead_letter")
+    try:
+        good = client.create_job(
+            name="before", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+        )
+        wait_for(lambda: of_job(executions, good.job_id), 15, "a plain job to fire")
+        hostile = replace(
+            client.build(
+                name="far-timeout", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+            ),
+            timeout_s=-4.4e16,
+        )
+        client.publish_definition(hostile)  # the SDK builds, validates, then this is changed
+        if net:  # accepted; its first fire cannot be written: that job alone is quarantined
+            dead = wait_for(
+                lambda: [r for r in dlq.snapshot() if r["job_id"] == hostile.job_id],
+                20,
+                "a dead letter for the job whose fire could not be written",
+            )
+            error = dead[0]["errors"][0]["error"]["message"]
+            assert "deadline_ms" in error, error
+        else:
+            parked = wait_for(
+                lambda: [m for m in poison.raw if m.key() == hostile.job_id.encode()],
+                20,
+                "the hostile definition on the poison topic",
+            )
+            error = dict(parked[0].headers() or [])["duetime-error"].decode()
+            assert "timeout_s" in error, error
+        after = [
+            client.create_job(
+                name=f"after-{i}", schedule={"at": "2020-01-01T00:00:00Z"}, target=HTTP_TARGET
+            )
+            for i in range(2 * settings.partitions)
+        ]
+        waiting = {job.job_id for job in after}
+        wait_for(
+            lambda: not {j for j in waiting if not of_job(executions, j)},
+            20,
+            "every job created after it to fire",
+        )
+        assert of_job(executions, hostile.job_id) == []
+        assert scheduler.thread.is_alive()
+    finally:
+        poison.close()
+        dlq.close()
