@@ -155,6 +155,7 @@ class ErrorInfo(AvroRecord):
     retryable: bool
     reason: ErrorReason
     http_status: int | None = None
+    traceback: str | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
