@@ -36,6 +36,8 @@ class Status(StrEnum):
     SKIPPED = "skipped"
     PAUSED = "paused"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    """Not started within the job's ``start_within_s`` of its due time: not run (issue 14)."""
 
 
 class Misfire(StrEnum):
@@ -94,6 +96,8 @@ class ErrorReason(StrEnum):
     CANCELLED = "cancelled"
     LOST = "lost"
     """No result came for the attempt through the scheduler's bounded rescues (issue 14)."""
+    EXPIRED = "expired"
+    """The attempt could not start within the job's ``start_within_s``: not run (issue 14)."""
 
 
 class DagRunEventKind(StrEnum):

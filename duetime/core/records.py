@@ -199,6 +199,7 @@ class JobDefinition(AvroRecord):
     dag_key: str | None = None
     depends_on: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
+    start_within_s: float | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -233,6 +234,7 @@ class ExecutionRequest(AvroRecord):
     dag_id: str | None = None
     dag_run_id: str | None = None
     dag_key: str | None = None
+    start_within_s: float | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -60,10 +60,11 @@ class Event(StrEnum):
     BLOCK = "block"  # recurring DAG member: wait for its upstreams in the next DAG run
     QUARANTINE = "quarantine"  # the scheduler could not handle the job: it stops, on the DLQ
     MISS = "miss"  # a one-time run fell due while no scheduler ran and its misfire policy skips it
+    EXPIRE = "expire"  # a worker could not start the execution within the job's start_within_s
 
 
 S, E = Status, Event
-_RESULTS = (E.START, E.SUCCEED, E.FAIL_RETRYABLE, E.FAIL_FINAL)
+_RESULTS = (E.START, E.SUCCEED, E.FAIL_RETRYABLE, E.FAIL_FINAL, E.EXPIRE)
 _NEW_EXECUTION = (E.QUEUE, E.TRIGGER, E.REPLAY)
 _FIRING = [s for s in S if s not in (S.PAUSED, S.CANCELLED)]
 """Statuses in which the job's schedule fires (a paused or cancelled job's does not)."""
@@ -89,14 +90,21 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     (S.QUEUED, E.SUCCEED): S.SUCCESS,
     (S.QUEUED, E.FAIL_RETRYABLE): S.FAILED,
     (S.QUEUED, E.FAIL_FINAL): S.DEAD,
+    # stale work is dropped, not run late: the worker refused to start it past its window
+    # (not retried, no dead letter). A worker reports it from the lease it claimed, so the
+    # start notice may or may not have come first
+    (S.QUEUED, E.EXPIRE): S.EXPIRED,
+    (S.RUNNING, E.EXPIRE): S.EXPIRED,
     # retries and replays
     (S.FAILED, E.RETRY_DUE): S.QUEUED,
     (S.DEAD, E.REPLAY): S.QUEUED,
     # recurring jobs: the next occurrence
     (S.SUCCESS, E.RESCHEDULE): S.PENDING,
     (S.DEAD, E.RESCHEDULE): S.PENDING,
+    (S.EXPIRED, E.RESCHEDULE): S.PENDING,
     (S.SUCCESS, E.BLOCK): S.BLOCKED,
     (S.DEAD, E.BLOCK): S.BLOCKED,
+    (S.EXPIRED, E.BLOCK): S.BLOCKED,
     (S.SKIPPED, E.BLOCK): S.BLOCKED,
     # pause / resume (resume applies the misfire policy, then waits for the next fire)
     (S.PENDING, E.PAUSE): S.PAUSED,
@@ -106,6 +114,7 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     # a recurring job between runs keeps its last run's status: it can be paused too
     (S.SUCCESS, E.PAUSE): S.PAUSED,
     (S.DEAD, E.PAUSE): S.PAUSED,
+    (S.EXPIRED, E.PAUSE): S.PAUSED,
     (S.PAUSED, E.RESUME): S.PENDING,
     # cancel: no further runs; a running execution finishes
     (S.PENDING, E.CANCEL): S.CANCELLED,
@@ -114,6 +123,7 @@ _EDGES: dict[tuple[Status | None, Event], Status] = {
     (S.FAILED, E.CANCEL): S.CANCELLED,
     (S.DEAD, E.CANCEL): S.CANCELLED,
     (S.SUCCESS, E.CANCEL): S.CANCELLED,
+    (S.EXPIRED, E.CANCEL): S.CANCELLED,
     (S.SKIPPED, E.CANCEL): S.CANCELLED,
     (S.BLOCKED, E.CANCEL): S.CANCELLED,
     (S.PAUSED, E.CANCEL): S.CANCELLED,
@@ -139,12 +149,12 @@ TRANSITIONS: Mapping[tuple[Status | None, Event], Status] = MappingProxyType(_ED
 
 
 TERMINAL: frozenset[Status] = frozenset(
-    {Status.SUCCESS, Status.DEAD, Status.SKIPPED, Status.CANCELLED}
+    {Status.SUCCESS, Status.DEAD, Status.SKIPPED, Status.CANCELLED, Status.EXPIRED}
 )
 """Statuses in which an occurrence (or a DAG node in one DAG run) has ended: nothing more
-will run for it. The one set every role uses: the scheduler forgets ended DAG runs beyond its
+will run for it (``expired``: it was dropped unrun). The one set every role uses: the scheduler forgets ended DAG runs beyond its
 cap, the resolver decides a DAG run's end, the API merges node statuses. (A recurring job
-leaves ``success``/``dead`` for its *next* occurrence; only ``cancelled`` is terminal for the
+leaves ``success``/``dead``/``expired`` for its *next* occurrence; only ``cancelled`` is terminal for the
 job itself: :func:`is_terminal`.)"""
 
 
