@@ -27,6 +27,12 @@ from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult
 from duetime.core.redact import escape_control, redact_text
 
 MAX_MESSAGE_CHARS = 2000
+MAX_TRACEBACK_BYTES = 8 * 1024
+"""A failed task's traceback is cut to this (UTF-8), its innermost frames kept: a result shares
+the results topic with every other execution's, and the projector stores it on the row."""
+MAX_TRACEBACK_LINE_CHARS = 500
+"""One traceback line is cut to this: an exception's own text can be megabytes long (its
+message is kept separately, in ``ErrorInfo.message``)."""
 MAX_OUTPUT_BYTES = 64 * 1024
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 """A request's timeout above this (or not finite) is refused as undecodable: no job spec allows
@@ -70,7 +76,10 @@ def failure(
     reason: str = "error",
     http_status: int | None = None,
     retry_after_s: float | None = None,
+    traceback_text: str | None = None,
 ) -> Outcome:
+    """A failed attempt; ``traceback_text`` must come from :func:`task_traceback` (bounded
+    and redacted there)."""
     return Outcome(
         ResultStatus.FAILURE,
         error=ErrorInfo(
@@ -79,6 +88,7 @@ def failure(
             retryable=retryable,
             reason=ErrorReason(reason) if reason in _KNOWN_REASONS else ErrorReason.ERROR,
             http_status=http_status,
+            traceback=traceback_text,
         ),
         retry_after_s=retry_after_s,
     )
@@ -104,14 +114,14 @@ def from_exception(exc: BaseException) -> Outcome:
     message = describe(exc)
     if not isinstance(exc, Exception):
         return contained(exc)
-    if isinstance(exc, RetryLater):
-        return failure(
-            type(exc).__name__, message, retryable=True, retry_after_s=_delay_s(exc.delay_s)
-        )
+    kind = type(exc).__name__
+    if isinstance(exc, RetryLater):  # the task asked for it: no traceback to read
+        return failure(kind, message, retryable=True, retry_after_s=_delay_s(exc.delay_s))
+    trace = task_traceback(exc)
     if isinstance(exc, FailPermanently | PermanentError):
         reason = "unknown_target" if getattr(exc, "code", "") == "unknown_target" else "error"
-        return failure(type(exc).__name__, message, retryable=False, reason=reason)
-    return failure(type(exc).__name__, message, retryable=True)
+        return failure(kind, message, retryable=False, reason=reason, traceback_text=trace)
+    return failure(kind, message, retryable=True, traceback_text=trace)
 
 
 def _delay_s(value: object) -> float | None:
@@ -129,6 +139,56 @@ def redacted_traceback(exc: BaseException) -> str:
     return escape_control(redact_text(text))
 
 
+def task_traceback(exc: BaseException) -> str | None:
+    """``exc``'s traceback as a failed attempt carries it: its whole chain (causes and
+    contexts), frames and exception lines only (never local values), redacted, control
+    characters escaped, bounded by :func:`bound_traceback`. None when it cannot be formatted
+    at all (a task's exception is hostile input: formatting must not fail the report)."""
+    try:
+        summary = traceback.TracebackException.from_exception(exc, capture_locals=False)
+        text = "".join(summary.format())
+    except Exception:  # e.g. a RecursionError on a pathological chain: the message remains
+        return None
+    return bound_traceback(text)
+
+
+_FRAME_PREFIX = '  File "'
+
+
+def bound_traceback(text: str, limit_bytes: int = MAX_TRACEBACK_BYTES) -> str:
+    """A formatted traceback fit to be shown: redacted as a whole (URLs' credentials and query
+    values, bearer tokens: before any cut, so no cut leaves half a secret unredacted), then
+    each line's control characters escaped and the line cut to ``MAX_TRACEBACK_LINE_CHARS``;
+    when the whole is over ``limit_bytes`` (UTF-8), the outermost lines are dropped and one
+    first line says how many frames were omitted. The innermost frames and the final
+    exception line are where the error is, so they are what is kept. Pure."""
+    shown = [_shown_line(line) for line in redact_text(text).rstrip("\n").split("\n")]
+    sizes = [len(line.encode()) + 1 for line in shown]
+    if sum(sizes) <= limit_bytes:
+        return "\n".join(shown)
+    # room for the marker line, whatever number it ends up saying
+    budget = limit_bytes - len(_omitted(len(shown)).encode()) - 1
+    kept = 0
+    used = 0
+    while kept < len(shown) and used + sizes[-1 - kept] <= budget:
+        used += sizes[-1 - kept]
+        kept += 1
+    dropped = shown[: len(shown) - kept]
+    frames = sum(1 for line in dropped if line.startswith(_FRAME_PREFIX))
+    return "\n".join([_omitted(frames), *shown[len(shown) - kept :]])
+
+
+def _omitted(frames: int) -> str:
+    return f"... {frames} frames omitted (traceback over {MAX_TRACEBACK_BYTES // 1024} KiB) ..."
+
+
+def _shown_line(line: str) -> str:
+    # lone surrogates (which UTF-8, Avro and PostgreSQL refuse) become escapes
+    text = escape_control(line)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return truncated(text, MAX_TRACEBACK_LINE_CHARS)
+
+
 def contained(exc: BaseException) -> Outcome:
     """A task raised something that would end the worker: the attempt fails for good."""
     kind = type(exc).__name__
@@ -137,6 +197,7 @@ def contained(exc: BaseException) -> Outcome:
         f"the task raised {kind} ({describe(exc)}); the worker contained it: "
         "a task may not stop the worker",
         retryable=False,
+        traceback_text=task_traceback(exc),
     )
 
 
