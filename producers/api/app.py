@@ -27,7 +27,7 @@ from duetime.core.config import Env
 from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
 
-from . import dags, dlq, docs, errors, jobs, metrics, openapi, stats, store, ui
+from . import batch, dags, dlq, docs, errors, jobs, metrics, openapi, stats, store, ui
 from .deps import Res, Resources, no_unknown_query, require_token
 from .guard import Guard
 from .schemas import ErrorBody, Health
@@ -93,6 +93,7 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
     )
     errors.install(app)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token), Depends(no_unknown_query)])
+    v1.include_router(batch.router, tags=["jobs"])  # before /jobs/{job_id}: its own path
     v1.include_router(jobs.router, tags=["jobs"])
     v1.include_router(dags.router, tags=["dags"])
     v1.include_router(dlq.router, tags=["dlq"])
