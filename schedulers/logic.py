@@ -30,7 +30,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from duetime.core.errors import IllegalTransition
@@ -552,6 +552,10 @@ def _on_failure(
     out: Outputs,
 ) -> None:
     error = result.error or _NO_ERROR
+    if error.traceback is not None:
+        # the traceback (up to 8 KiB) is the projector's, read from the result: kept here it
+        # would grow the state changelog and the dead letter by 8 KiB per retry (101 at most)
+        error = replace(error, traceback=None)
     attempt_error = AttemptError(
         attempt=entry.attempt,
         at_ms=result.finished_at_ms or now_ms,

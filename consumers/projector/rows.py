@@ -31,6 +31,7 @@ from duetime.core.records import (
     DagDefinition,
     DagRunEvent,
     DeadLetter,
+    ErrorInfo,
     ExecutionRequest,
     ExecutionResult,
     JobDefinition,
@@ -122,6 +123,11 @@ class Attempt:
     has_error: bool = False
     worker_id: str | None = None
     dead_at: str | None = None
+    output_json: str | None = None
+    """The final report's ``output_json``. Kept only while this is the latest attempt (its
+    own column, not in ``to_json``), like ``traceback``: the history stays small."""
+    traceback: str | None = None
+    """The final report's ``error.traceback`` (bounded and redacted by the worker)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Attempt:
@@ -178,6 +184,9 @@ class Attempt:
         if self.result == "success":
             return Status.SUCCESS.value
         if self.result == "failure":
+            # a worker refused to start it past the job's start_within_s: it never ran
+            if isinstance(self.error, dict) and self.error.get("reason") == "expired":
+                return Status.EXPIRED.value
             return Status.FAILED.value
         if self.started_at is not None:
             return Status.RUNNING.value
@@ -218,6 +227,8 @@ class StoredExecution:
     dag_id: Any
     dag_run_id: str | None
     attempts: list[dict[str, Any]] | None
+    output_json: str | None = None
+    traceback: str | None = None
 
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "execution_id",
@@ -229,6 +240,8 @@ class StoredExecution:
         "dag_id",
         "dag_run_id",
         "attempts",
+        "output_json",
+        "traceback",
     )
 
 
@@ -247,6 +260,9 @@ def execution_from_row(row: StoredExecution) -> Execution:
     for stored in row.attempts or []:
         attempt = Attempt.from_json(stored)
         ex.attempts[attempt.attempt] = attempt
+    if ex.attempts:  # the row's output and traceback are its latest attempt's
+        latest = ex.attempts[max(ex.attempts)]
+        latest.output_json, latest.traceback = row.output_json, row.traceback
     return ex
 
 
@@ -292,8 +308,10 @@ def apply_result(ex: Execution, result: ExecutionResult) -> None:
     a.result = "success" if result.status is ResultStatus.SUCCESS else "failure"
     a.worker_id = worker
     a.finished_at = iso(result.finished_at_ms)
-    a.error = None if result.error is None else result.error.to_avro()
+    a.error = None if result.error is None else error_json(result.error)
     a.has_error = True
+    a.output_json = result.output_json
+    a.traceback = None if result.error is None else result.error.traceback
     if result.started_at_ms is not None and a.start is None:
         a.started_at = iso(result.started_at_ms)
         a.started_at_ms = result.started_at_ms
@@ -306,12 +324,20 @@ def apply_dead_letter(ex: Execution, dead: DeadLetter) -> None:
         a = ex.attempt(err.attempt)
         # the worker's own report is richer; the dead letter fills attempts nobody reported
         if not a.has_error:
-            a.error, a.has_error = err.error.to_avro(), True
+            a.error, a.has_error = error_json(err.error), True
         if a.worker_id is None and err.worker_id is not None:
             a.worker_id = err.worker_id
         if a.result is None:
             a.result = "failure"
             a.finished_at = iso(err.at_ms)
+
+
+def error_json(error: ErrorInfo) -> dict[str, Any]:
+    """An error as the ``error`` and ``attempts`` columns hold it: without its traceback,
+    which has its own column (the latest attempt's only), so list reads stay small."""
+    data = error.to_avro()
+    data.pop("traceback", None)
+    return data
 
 
 def apply(ex: Execution, event: ExecutionEvent) -> None:
@@ -355,6 +381,8 @@ def execution_row(ex: Execution) -> Row:
         "lateness_ms": lateness_ms,
         "dag_id": ex.dag_id,
         "dag_run_id": ex.dag_run_id,
+        "output_json": latest.output_json,
+        "traceback": latest.traceback,
     }
 
 

@@ -58,6 +58,8 @@ EXECUTION_COLS = (
     "lateness_ms",
     "dag_id",
     "dag_run_id",
+    "output_json",
+    "traceback",
 )
 DEAD_COLS = (
     "execution_id",
