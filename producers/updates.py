@@ -40,7 +40,7 @@ UPDATABLE = JOB_KEYS - _FIXED
 CURRENT_SQL = (
     "SELECT name, schedule::text, priority, target::text, payload::text, retry::text, timeout_s, "
     "misfire, overlap, labels::text, dag_id::text, dag_key, depends_on, revision, created_at, "
-    "status "
+    "status, start_within_s "
     "FROM jobs WHERE job_id = %s FOR UPDATE"
 )
 """The row an update starts from, locked until the updater's transaction ends (JSON as text:
@@ -62,7 +62,7 @@ def current_body(job_id: str, row: tuple[Any, ...]) -> tuple[dict[str, Any], int
     """(the job as a create body, its revision, created_at, status) from a ``CURRENT_SQL``
     row."""
     (name, schedule, priority, target, payload, retry, timeout_s, misfire, overlap) = row[:9]
-    labels, dag_id, dag_key, depends_on, revision, created_at, status = row[9:]
+    labels, dag_id, dag_key, depends_on, revision, created_at, status, start_within_s = row[9:]
 
     def decoded(value: Any) -> Any:
         return None if value is None else json.loads(value)
@@ -82,6 +82,7 @@ def current_body(job_id: str, row: tuple[Any, ...]) -> tuple[dict[str, Any], int
         "dag_id": dag_id,
         "dag_key": dag_key,
         "depends_on": list(depends_on or []),
+        "start_within_s": start_within_s,
     }
     return body, int(revision), created_at, Status(status)
 

@@ -531,7 +531,10 @@ def on_result(
     else:
         if entry.status is Status.FAILED:
             return state, out  # this attempt's failure was applied already (a republished result)
-        _on_failure(state, entry, result, now_ms, rng, out)
+        if result.error is not None and result.error.reason is ErrorReason.EXPIRED:
+            _expire(state, entry, out, now_ms)
+        else:
+            _on_failure(state, entry, result, now_ms, rng, out)
     _arm_deadlines(state, now_ms, policy)  # an execution fired by overlap=queue_one
     state.updated_at_ms = now_ms
     out.state_changed = True
@@ -589,6 +592,16 @@ def _fail_attempt(
         delay_s = retry_after_s
         if delay_s is None:
             delay_s = retry_delay_s(series_attempt - 1, policy, rng)
+def _expire(state: SchedulerState, entry: InflightExecution, out: Outputs, now_ms: int) -> None:
+    """The worker could not start the attempt within the job's ``start_within_s``: it was not
+    run. The occurrence ends ``expired``: no retry (a retry would be later still) and no dead
+    letter (nothing failed: the backlog's stale work is dropped by design, and the execution's
+    status says so). A recurring job fires its next occurrence as after any other end."""
+    state.inflight.remove(entry)
+    _move(state, Event.EXPIRE)
+    _after_occurrence(state, now_ms, out, entry)
+
+
         entry.status = Status.FAILED
         entry.due_at_ms = now_ms + int(delay_s * 1000)
         _move(state, Event.FAIL_RETRYABLE)
@@ -950,3 +963,5 @@ def execution_request(
         dag_run_id=entry.dag_run_id,
         dag_key=definition.dag_key,
     )
+        # a retry's window counts from its own due time: the worker adds it to due_at_ms
+        start_within_s=definition.start_within_s,

@@ -41,7 +41,7 @@ from duetime.core.records import ExecutionRequest
 from duetime.core.redact import escape_control
 from duetime.schemas.codec import Codec
 
-from . import metrics
+from . import gate, metrics
 from .kafka_io import TP, AsyncProducer
 from .leases import Claim, DatabaseUnavailable, LeaseStore
 from .results import Outcome, cancelled, redacted_traceback, result_record, timed_out
@@ -81,6 +81,8 @@ class Item(Delivery):
     """LOST, HANDED_BACK or CANCELLED when the run was stopped early."""
     stop_flag: threading.Event = field(default_factory=threading.Event)
     """A Python task's ``ctx.cancelled``: set whenever the run is stopped early."""
+    early_seen: bool = False
+    """Its early arrival was counted and logged (once per delivery, however long it waits)."""
 
     @property
     def execution_id(self) -> str:
@@ -259,6 +261,11 @@ class Executor:
                 free_slot()
                 await self._report(item, token, cancelled("before it started"), now_ms, now_ms)
                 return
+            now_ms = self.clock.now_ms()
+            if gate.expired(item.request, now_ms):  # stale work is dropped, not run late
+                free_slot()
+                await self._report(item, token, self._expire(item, now_ms), now_ms, now_ms)
+                return
             outcome, started_ms, finished_ms = await self._run(item, token)
             free_slot()
             if outcome is None:
@@ -274,6 +281,17 @@ class Executor:
             await self._give_up(item, exc)
         finally:
             free_slot()
+
+    def _expire(self, item: Item, now_ms: int) -> Outcome:
+        metrics.EXPIRED.labels(priority=item.priority.value).inc()
+        outcome = gate.expired_outcome(item.request, now_ms)
+        log.info(
+            "not starting the attempt: %.3f s past its start window of %g s",
+            gate.late_ms(item.request, now_ms) / 1000,
+            item.request.start_within_s,
+            extra=item.fields(),
+        )
+        return outcome
 
     async def _give_up(self, item: Item, exc: Exception) -> None:
         """Handling ``item`` raised: log, count, release its lease, park the request."""

@@ -95,3 +95,21 @@ CANCELLED = Counter(
     "Attempts stopped by a cancel request read from their lease, by where they were",
     ["stage"],
 )
+EXPIRED = Counter(
+    "duetime_worker_expired_total",
+    "Attempts not run because they could not start within their job's start_within_s "
+    "(reported expired)",
+    ["priority"],
+)
+EARLY = Counter(
+    "duetime_worker_early_arrivals_total",
+    "Execution requests fetched before their due time by this worker's clock, by what the "
+    "worker did: waited (outside the slots) or handed_back (beyond "
+    "DUETIME_WORKER_MAX_EARLY_WAIT_S: left to the scheduler's rescuer, not run)",
+    ["action"],
+)
+EARLY_SECONDS = Histogram(
+    "duetime_worker_early_arrival_seconds",
+    "How long before its due time an early execution request arrived",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
+)

@@ -55,7 +55,7 @@ from duetime.core.records import ExecutionRequest
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
-from . import metrics
+from . import gate, metrics
 from .execution import Delivery, Executor, Item
 from .http_target import HttpCaller, close_session, new_session
 from .kafka_io import TP, AsyncProducer, ConsumerThread
@@ -326,6 +326,7 @@ class Worker:
                 ExecutionRequest, msg.value() or b"", topic=tp[0], partition=tp[1], offset=offset
             )
             check_request(request)
+            gate.check_window(request.start_within_s)
         except (DecodeError, ValueError, KeyError) as exc:
             self.executor.park_poison(msg, tp, offset, f"{type(exc).__name__}: {exc}")
             return
@@ -368,8 +369,47 @@ class Worker:
             if item is None:
                 continue  # dropped meanwhile (revoked partition)
             item.enqueued_at = waiting.enqueued_at
+            if self._held_early(item):
+                continue
             st.running[chosen] += 1
             self.executor.start(item)
+
+    def _held_early(self, item: Item) -> bool:
+        """True when ``item`` is not due yet by this worker's clock (issue 14, item 8): it
+        waits outside the slots, without a lease, and comes back to the head of its queue at
+        its due time; or, further ahead than DUETIME_WORKER_MAX_EARLY_WAIT_S, it is handed back
+        to the scheduler's rescuer (its offset moves on, nothing runs, no result: the rescuer
+        re-emits the execution after its deadline, or fails the attempt ``lost``)."""
+        early_ms = gate.early_ms(item.request, self.clock.now_ms())
+        if early_ms <= 0:
+            return False
+        early_s = early_ms / 1000
+        first = not item.early_seen
+        item.early_seen = True
+        if early_s > self.settings.max_early_wait_s:
+            metrics.EARLY.labels(action="handed_back").inc()
+            metrics.EARLY_SECONDS.observe(early_s)
+            log.warning(
+                "execution request %.3f s before its due time by this worker's clock, beyond "
+                "DUETIME_WORKER_MAX_EARLY_WAIT_S=%g: not run, left to the scheduler's rescuer "
+                "(is a scheduler's clock ahead, or this worker's behind?)",
+                early_s,
+                self.settings.max_early_wait_s,
+                extra=item.fields(),
+            )
+            self._finished(item, done=True)
+            return True
+        if first:
+            metrics.EARLY.labels(action="waited").inc()
+            metrics.EARLY_SECONDS.observe(early_s)
+            log.info(
+                "execution request %.3f s before its due time: waiting for it",
+                early_s,
+                extra=item.fields(),
+            )
+        self._seq += 1
+        heapq.heappush(self.state.lease_waits, (time.monotonic() + early_s, self._seq, item.key))
+        return True
 
     def _slot_freed(self, item: Item) -> None:
         self.state.running[item.priority] -= 1

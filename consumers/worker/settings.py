@@ -67,6 +67,11 @@ class WorkerSettings:
     """How often finished offsets are committed (asynchronously; synchronously on revoke)."""
     lease_retention_s: float = 7 * 24 * 3600.0
     """Finished leases are deleted after this long (the execution topics keep 7 days)."""
+    max_early_wait_s: float = 60.0
+    """A request this much (or less) before its due time by this worker's clock waits for it
+    (outside the slots, without a lease); one further ahead is handed back to the scheduler's
+    rescuer without running (``DUETIME_WORKER_MAX_EARLY_WAIT_S``): holding it would pin its
+    partition's committed offset and fill the buffer with a skewed scheduler's work."""
     python_modules: tuple[str, ...] = ()
     """Module prefixes whose ``module:function`` refs may run (DUETIME_WORKER_PYTHON_MODULES)."""
     kafka_topics: tuple[str, ...] = ()
@@ -127,6 +132,9 @@ class WorkerSettings:
             ),
             lease_retention_s=env.number(
                 "DUETIME_LEASE_RETENTION_S", cls.lease_retention_s, 3600.0, 365 * 86400.0
+            ),
+            max_early_wait_s=env.number(
+                "DUETIME_WORKER_MAX_EARLY_WAIT_S", cls.max_early_wait_s, 0.0, 3600.0
             ),
             python_modules=env.items("DUETIME_WORKER_PYTHON_MODULES"),
             kafka_topics=env.items("DUETIME_WORKER_KAFKA_TOPICS"),

@@ -43,6 +43,8 @@ the definition inside the job's state record, and the producers' record limit is
 bytes. Measured as the field values' JSON (strings as their bytes): a little above Avro."""
 _SIZED_FIELDS = ("payload_json", "labels", "target", "depends_on", "dag_key", "schedule")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_START_WITHIN_S = 7 * 24 * 3600.0
+"""``start_within_s`` above a week is refused: work that may start a week late has no window."""
 # The patterns are ASCII (no \w, which is Unicode in Python and ASCII in JSON Schema) and
 # published as they are in the OpenAPI document (producers/api/schemas.py), so the document
 # says exactly what the server accepts.
@@ -74,6 +76,7 @@ _KEYS = frozenset(
         "dag_id",
         "dag_key",
         "depends_on",
+        "start_within_s",
     }
 )
 CONTENT_FIELDS = (
@@ -90,6 +93,7 @@ CONTENT_FIELDS = (
     "dag_key",
     "depends_on",
     "labels",
+    "start_within_s",
 )
 """The fields that make a definition; two definitions equal on these are the same job."""
 
@@ -297,6 +301,7 @@ def build_job(
     timeout_s = check_number(
         body.get("timeout_s", 300), "timeout_s", lo=0, hi=MAX_TIMEOUT_S, lo_open=True
     )
+    start_within_s = start_within(body.get("start_within_s"))
     labels = _labels(body.get("labels"), prefixes, internal=internal)
     depends_on = _depends_on(body.get("depends_on"))
     dag_key = _dag_key(body.get("dag_key"))
@@ -318,9 +323,23 @@ def build_job(
         "dag_key": dag_key,
         "depends_on": depends_on,
         "labels": labels,
+        "start_within_s": start_within_s,
     }
+    if start_within_s is not None and (definition["dag_id"] or depends_on):
+        # the DAG resolver knows no expired node yet: the run would wait for it forever
+        raise ValidationError(
+            "start_within_s is not supported for DAG members", field="start_within_s"
+        )
     _check_size(definition)
     return JobDefinition.from_avro(definition)
+
+
+def start_within(raw: Any) -> float | None:
+    """``start_within_s``: null (no limit) or seconds in (0, a week]; 0, a negative, NaN,
+    infinity or a string is refused naming the field."""
+    if raw is None:
+        return None
+    return float(check_number(raw, "start_within_s", lo=0, hi=MAX_START_WITHIN_S, lo_open=True))
 
 
 def _schedule(raw: Any) -> dict[str, Any] | None:
@@ -421,4 +440,5 @@ def job_to_api(definition: JobDefinition) -> dict[str, Any]:
         "dag_id": definition.dag_id,
         "dag_key": definition.dag_key,
         "depends_on": list(definition.depends_on),
+        "start_within_s": definition.start_within_s,
     }

@@ -152,10 +152,10 @@ TERMINAL: frozenset[Status] = frozenset(
     {Status.SUCCESS, Status.DEAD, Status.SKIPPED, Status.CANCELLED, Status.EXPIRED}
 )
 """Statuses in which an occurrence (or a DAG node in one DAG run) has ended: nothing more
-will run for it (``expired``: it was dropped unrun). The one set every role uses: the scheduler forgets ended DAG runs beyond its
-cap, the resolver decides a DAG run's end, the API merges node statuses. (A recurring job
-leaves ``success``/``dead``/``expired`` for its *next* occurrence; only ``cancelled`` is terminal for the
-job itself: :func:`is_terminal`.)"""
+will run for it (``expired``: it was dropped unrun). The one set every role uses: the
+scheduler forgets ended DAG runs beyond its cap, the resolver decides a DAG run's end, the API
+merges node statuses. (A recurring job leaves ``success``/``dead``/``expired`` for its *next*
+occurrence; only ``cancelled`` is terminal for the job itself: :func:`is_terminal`.)"""
 
 
 def transition(state: Status | None, event: Event) -> Status:

@@ -154,6 +154,7 @@ def definition_spec(definition: JobDefinition) -> dict[str, Any]:
 
 def dead_letter_out(row: DeadLetterRow) -> dict[str, Any]:
     return {
+        "start_within_s": row.start_within_s,
         "execution_id": str(row.execution_id),
         "job_id": str(row.job_id),
         "name": row.name,
@@ -163,3 +164,4 @@ def dead_letter_out(row: DeadLetterRow) -> dict[str, Any]:
         "dag_run_id": row.dag_run_id,
         "replayed_at": row.replayed_at,
     }
+        "start_within_s": row.start_within_s,

@@ -93,6 +93,7 @@ class JobRow(_Row):
     """The job's latest execution as JSON (``to_jsonb``), when the query joined it."""
 
     def __post_init__(self) -> None:
+    start_within_s: float | None = None
         object.__setattr__(self, "status", Status(self.status))
 
 

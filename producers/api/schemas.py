@@ -108,6 +108,9 @@ class JobCreatedOut(BaseModel):
 
 
 class JobPage(BaseModel):
+    start_within_s: float | None = Field(
+        None, description="start window, seconds after the due time (null: no limit)"
+    )
     items: list[JobOut]
     next_cursor: str | None
 
@@ -396,6 +399,13 @@ JOB_UPDATE_SCHEMA: dict[str, Any] = {
         k: v
         for k, v in _JOB_PROPERTIES.items()
         if k not in ("job_id", "dag_id", "dag_key", "depends_on")
+    "start_within_s": {
+        "type": ["number", "null"],
+        "exclusiveMinimum": 0,
+        "maximum": 604800,
+        "description": "an execution not started by its due time + this many seconds ends "
+        "expired without running; null: no limit",
+    },
     },
     "additionalProperties": False,
 }

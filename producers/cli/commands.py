@@ -149,6 +149,13 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-retries", type=int)
     parser.add_argument("--base-delay-s", type=float)
     parser.add_argument("--timeout-s", type=float)
+    parser.add_argument(
+        "--start-within",
+        dest="start_within_s",
+        type=float,
+        metavar="SECONDS",
+        help="not started this long after its due time: the execution ends expired, unrun",
+    )
     parser.add_argument("--misfire", choices=("skip", "run_once", "run_all"))
     parser.add_argument("--overlap", choices=("skip", "allow", "queue_one"))
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
@@ -165,7 +172,10 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
         "target": _target_flag(args),
         "retry": _retry_flag(args, body.get("retry")),
         "labels": _labels_flag(args.label, body.get("labels")),
-        **{key: getattr(args, key) for key in ("priority", "timeout_s", "misfire", "overlap")},
+        **{
+            key: getattr(args, key)
+            for key in ("priority", "timeout_s", "start_within_s", "misfire", "overlap")
+        },
         "job_id": args.job_id,
     }
     return {**body, **payload, **{k: v for k, v in flags.items() if v is not None}}

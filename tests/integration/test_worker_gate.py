@@ -1,0 +1,144 @@
+"""The worker's start gate against the real broker and database (issue 14, items 4 and 8).
+
+Requests are produced straight to an execution topic (no scheduler), so each test sets the
+due time and the window it needs:
+
+- a request whose window has already passed is claimed, reported ``expired`` (not retryable)
+  and never run; one inside its window runs;
+- a request that arrives before its due time by the worker's clock starts no earlier than
+  its due time, without holding a slot meanwhile (a concurrency-1 worker runs due work while
+  the early one waits); one further ahead than ``max_early_wait_s`` is handed back unrun and
+  its offset committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client import REGISTRY
+
+from duetime.core.config import CommonSettings
+from duetime.core.topics import Topics
+from duetime.schemas.codec import Codec
+from tests.helpers import TopicReader, wait_for
+from tests.integration import test_worker_support as support
+from tests.integration.test_worker import committed, final, start_worker
+from tests.integration.test_worker_support import RunningWorker
+
+TRACKED = "tests.integration.test_worker_support:tracked"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Requests:
+    def __init__(self, settings: CommonSettings) -> None:
+        self.topic = Topics(settings.topic_prefix).execution("normal")
+        self.codec = Codec()
+        self.producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+
+    def send(
+        self, *, due_at_ms: int, start_within_s: float | None = None, sleep_s: float = 0.0
+    ) -> dict[str, Any]:
+        record = {
+            "execution_id": str(uuid.uuid4()),
+            "job_id": str(uuid.uuid4()),
+            "name": "gated",
+            "attempt": 1,
+            "scheduled_at_ms": due_at_ms,
+            "due_at_ms": due_at_ms,
+            "emitted_at_ms": now_ms(),
+            "priority": "normal",
+            "target": {"ref": TRACKED},
+            "payload_json": json.dumps({"sleep_s": sleep_s}),
+            "timeout_s": 60.0,
+            "trigger": "schedule",
+            "start_within_s": start_within_s,
+        }
+        self.producer.produce(
+            self.topic, self.codec.encode("execution", record), key=record["job_id"]
+        )
+        self.producer.flush(30)
+        return record
+
+
+@pytest.fixture
+def requests(settings: CommonSettings) -> Iterator[Requests]:
+    support.reset()
+    yield Requests(settings)
+
+
+@pytest.fixture
+def worker(settings: CommonSettings) -> Iterator[RunningWorker]:
+    # one slot: an early request that held it would keep the due one from running
+    running = start_worker(settings, concurrency=1, buffer=10, max_early_wait_s=5.0)
+    yield running
+    running.stop()
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_stale_request_ends_expired_and_is_not_run(
+    requests: Requests, worker: RunningWorker, results: TopicReader
+) -> None:
+    before = sample("duetime_worker_expired_total", {"priority": "normal"})
+    stale = requests.send(due_at_ms=now_ms() - 10_000, start_within_s=2.0)
+    fresh = requests.send(due_at_ms=now_ms() - 10_000, start_within_s=3600.0)
+    [expired] = final(results, stale["job_id"])
+    assert expired["status"] == "failure", expired
+    assert expired["error"]["reason"] == "expired" and expired["error"]["retryable"] is False
+    assert "start window of 2 s" in expired["error"]["message"]
+    [ran] = final(results, fresh["job_id"])
+    assert ran["status"] == "success", ran
+    assert stale["execution_id"] not in support.STARTED  # never run
+    assert fresh["execution_id"] in support.STARTED
+    assert sample("duetime_worker_expired_total", {"priority": "normal"}) == before + 1
+
+
+def test_an_early_request_starts_no_earlier_than_due_and_holds_no_slot(
+    requests: Requests, worker: RunningWorker, results: TopicReader
+) -> None:
+    waited = sample("duetime_worker_early_arrivals_total", {"action": "waited"})
+    early = requests.send(due_at_ms=now_ms() + 2_500)
+    due = requests.send(due_at_ms=now_ms())  # behind the early one on the same topic
+    [ran_due] = final(results, due["job_id"])
+    assert ran_due["status"] == "success"
+    # the only slot was free while the early request waited: the due one ran first
+    assert early["execution_id"] not in support.STARTED
+    [ran_early] = final(results, early["job_id"])
+    assert ran_early["status"] == "success", ran_early
+    assert ran_early["started_at_ms"] >= early["scheduled_at_ms"]
+    assert support.STARTED[early["execution_id"]] * 1000 >= early["scheduled_at_ms"]
+    assert sample("duetime_worker_early_arrivals_total", {"action": "waited"}) == waited + 1
+
+
+def test_a_request_too_far_ahead_is_handed_back_unrun(
+    settings: CommonSettings, requests: Requests, worker: RunningWorker, results: TopicReader
+) -> None:
+    handed = sample("duetime_worker_early_arrivals_total", {"action": "handed_back"})
+    topic = requests.topic
+    start = committed(settings, topic)
+    far = requests.send(due_at_ms=now_ms() + 3_600_000)  # beyond max_early_wait_s=5
+    after = requests.send(due_at_ms=now_ms())
+    [ran] = final(results, after["job_id"])
+    assert ran["status"] == "success"
+    wait_for(
+        lambda: (
+            sample("duetime_worker_early_arrivals_total", {"action": "handed_back"}) == handed + 1
+        ),
+        30,
+        "the far-early request to be handed back",
+    )
+    # both offsets move on (the scheduler's rescuer owns the handed-back execution)
+    wait_for(lambda: committed(settings, topic) >= start + 2, 30, "both offsets committed")
+    assert far["execution_id"] not in support.STARTED
+    assert not [r for r in results.snapshot() if r["job_id"] == far["job_id"]]
