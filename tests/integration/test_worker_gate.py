@@ -47,7 +47,7 @@ class Requests:
     def send(
         self, *, due_at_ms: int, start_within_s: float | None = None, sleep_s: float = 0.0
     ) -> dict[str, Any]:
-        record = {
+        record: dict[str, Any] = {
             "execution_id": str(uuid.uuid4()),
             "job_id": str(uuid.uuid4()),
             "name": "gated",
