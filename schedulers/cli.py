@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from duetime.core.clock import Clock
 
 
 def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +18,9 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_scheduler(args: argparse.Namespace) -> int:
+def run_scheduler(args: argparse.Namespace, clock: Clock | None = None) -> int:
+    """``clock``: the system clock unless given (tests/offset_clock.py starts a scheduler
+    whose wall clock is off, the way an operator's badly set clock would be)."""
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -28,4 +34,4 @@ def run_scheduler(args: argparse.Namespace) -> int:
         args.metrics_port if args.metrics_port is not None else settings.common.metrics_port,
         settings.common.metrics_host,
     )
-    return run(settings)
+    return run(settings, clock)

@@ -54,3 +54,24 @@ LOST = Counter(
     "duetime_scheduler_lost_attempts_total",
     "Attempts failed with reason lost: no result through every rescue (the retry policy applies)",
 )
+CLOCK_OFFSET = Gauge(
+    "duetime_scheduler_clock_offset_seconds",
+    "This scheduler's wall clock minus the broker's (LogAppendTime of its clock probes; "
+    "positive: ahead)",
+)
+CLOCK_ERROR = Gauge(
+    "duetime_scheduler_clock_offset_error_seconds",
+    "How far the last clock offset measurement may be off (half its round trip)",
+)
+CLOCK_PROBE_FAILURES = Counter(
+    "duetime_scheduler_clock_probe_failures_total",
+    "Clock probes that got no broker timestamp (firing stops once no verdict is fresh)",
+)
+FIRING = Gauge(
+    "duetime_scheduler_firing",
+    "1 while this scheduler fires due jobs; 0 while its clock is skewed or unchecked",
+)
+CLOCK_GIVE_UPS = Counter(
+    "duetime_scheduler_clock_give_ups_total",
+    "Times this scheduler left the group because its clock stayed skewed or unchecked",
+)

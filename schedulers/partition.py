@@ -163,6 +163,27 @@ class _Message:
     headers: list[tuple[str, str | bytes | None]] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """The cycle's pending work before one input, to roll that input back (``handle``)."""
+
+    messages: int
+    lengths: tuple[int, ...]
+    """Of ``_lists(out)``, executions first."""
+    state_changed: bool
+    held: dict[str, tuple[str, bytes | None]]
+    encoded: bytes | None
+    was_dirty: bool
+
+
+def _lists(out: logic.Outputs) -> tuple[list[Any], ...]:
+    return (out.executions, out.dead_letters, out.controls, out.dag_run_events, out.rescues)
+
+
+def _lengths(out: logic.Outputs) -> tuple[int, ...]:
+    return tuple(len(records) for records in _lists(out))
+
+
 class PartitionOwner:
     def __init__(
         self,
@@ -197,6 +218,10 @@ class PartitionOwner:
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
         self._input_ends: dict[str, int] | None = None
         """Input offsets to read before firing (None: not looked up yet; empty: read)."""
+        self.hold_emits = False
+        """Set while the scheduler's clock is not trusted (skew.py): an input whose transform
+        would emit an execution request (a trigger, a release, a queued occurrence) is held
+        back instead: ``handle`` returns False."""
 
     # --- restore --------------------------------------------------------------------------
 
@@ -263,8 +288,10 @@ class PartitionOwner:
             )
             return None
 
-    def handle(self, msg: Message, now_ms: int) -> None:
-        """Apply one input record (jobs, control or results) to the cycle."""
+    def handle(self, msg: Message, now_ms: int) -> bool:
+        """Apply one input record (jobs, control or results) to the cycle. False: held back
+        (``hold_emits`` and it would emit an execution request): nothing of it was applied,
+        and the caller must read it again later."""
         topic, offset = msg.topic() or "", msg.offset() or 0
         self.pending.offsets[topic] = offset + 1
         job_id: str | None = None
@@ -277,8 +304,15 @@ class PartitionOwner:
                 # the definition arrives
                 key = f"{HELD_PREFIX}{job_id}/{record.issued_at_ms:015d}/{record.command_id}"
                 self.pending.held[key] = (job_id, msg.value() or b"")
-                return
+                return True
+            mark = self._mark(job_id) if self.hold_emits else None
             new, out = self._apply(state, record, now_ms)
+            if mark is not None and (
+                out.executions or len(self.pending.out.executions) > mark.lengths[0]
+            ):
+                self._roll_back(job_id, mark)
+                self.pending.offsets[topic] = offset  # read again from this record
+                return False
             self._collect(job_id, new, out)
         except CONTENT_ERRORS as exc:
             # undecodable, or valid Avro with content no job can have (e.g. a cron that never
@@ -287,6 +321,35 @@ class PartitionOwner:
             # its last good input gave it)
             self._undo(job_id)
             self._park(msg, exc)
+        return True
+
+    def _mark(self, job_id: str) -> _Mark:
+        p = self.pending
+        return _Mark(
+            messages=len(p.messages),
+            lengths=_lengths(p.out),
+            state_changed=p.out.state_changed,
+            held=dict(p.held),
+            encoded=p.encoded.get(job_id) if job_id in p.dirty else None,
+            was_dirty=job_id in p.dirty,
+        )
+
+    def _roll_back(self, job_id: str, mark: _Mark) -> None:
+        """Undo one input's effects on the cycle (a new job's definition collects its state,
+        and its held commands, before the caller sees the outputs)."""
+        p = self.pending
+        del p.messages[mark.messages :]
+        for records, n in zip(_lists(p.out), mark.lengths, strict=True):
+            del records[n:]
+        p.out.state_changed = mark.state_changed
+        p.held = mark.held
+        if mark.was_dirty and mark.encoded is not None:
+            # the logic changed the dirty state in place: back to its bytes as collected
+            p.dirty[job_id] = self.codec.load(SchedulerState, mark.encoded, topic=self.topics.state)
+            p.encoded[job_id] = mark.encoded
+        else:
+            p.dirty.pop(job_id, None)
+            p.encoded.pop(job_id, None)
 
     def _decode(
         self, msg: Message, topic: str, offset: int

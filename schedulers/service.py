@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from duetime.core import kafka
 from duetime.core.clock import SYSTEM_CLOCK, Clock
@@ -25,7 +25,7 @@ from duetime.core.poison import PRODUCER_MAX_BYTES
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
-from . import logic, metrics
+from . import logic, metrics, skew
 from .partition import PartitionLost, PartitionOwner
 from .settings import SchedulerSettings
 
@@ -77,6 +77,23 @@ class Scheduler:
         it was dropped already): started over at the next cycle."""
         self._retakes: dict[int, int] = {}
         self._fatal: str | None = None
+        self.probe = skew.ClockProbe(
+            self.common,
+            self.topics.clock,
+            self.clock,
+            skew.SkewGuard(
+                bound_ms=settings.max_clock_skew_s * 1000,
+                give_up_s=settings.clock_give_up_s,
+                stale_s=settings.clock_stale_s,
+            ),
+            settings.clock_probe_s,
+        )
+        self.firing = False
+        """Fire due jobs and emit execution requests: only while the clock is checked good."""
+        self.member = False
+        """Subscribed to the schedulers' group (left while the clock stays bad)."""
+        self._held_inputs: set[tuple[str, int]] = set()
+        """Input partitions paused at a record that would emit while firing is stopped."""
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -84,12 +101,11 @@ class Scheduler:
         self._stop.set()
 
     def run(self) -> None:
-        self.consumer.subscribe(
-            list(self.topics.scheduler_inputs),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        metrics.FIRING.set(0)
+        self.probe.start()
+        # the first verdict before joining: a scheduler that starts with a bad clock never
+        # takes partitions (bounded: without an answer it joins and waits to fire)
+        self.probe.wait_first(5.0)
         log.info("scheduler started", extra={"role": "scheduler"})
         failures = 0
         metrics.PARTITIONS.set(self.common.partitions)
@@ -116,6 +132,7 @@ class Scheduler:
                 if self._lost:
                     self._retake_lost()
         finally:
+            self.probe.stop()
             self._pool.shutdown()
             self._shutdown()
 
@@ -135,17 +152,23 @@ class Scheduler:
     def _cycle(self) -> None:
         msgs = kafka.read_batch(self.consumer, self.settings.batch_size, self._poll_timeout_s())
         now_ms = self.clock.now_ms()
+        # judged on the very reading the cycle fires with: a clock stepped since the last
+        # probe stops this cycle's fires, not the next probe's
+        self._check_clock(now_ms)
         for msg in msgs:
             if msg.error():
                 log.warning("consume error: %s", msg.error())
                 continue
-            owner = self.owners.get(msg.partition() or 0)
-            if owner is not None:
-                owner.handle(msg, now_ms)
+            p = msg.partition() or 0
+            if (msg.topic() or "", p) in self._held_inputs:
+                continue  # rewound to a held record: the rest of the batch is read again later
+            owner = self.owners.get(p)
+            if owner is not None and not owner.handle(msg, now_ms):
+                self._hold_input(msg)
         busy = []
         now_s = time.monotonic()
         for owner in self.owners.values():
-            if owner.inputs_read(self.consumer, now_ms):
+            if self.firing and owner.inputs_read(self.consumer, now_ms):
                 owner.fire(now_ms, self.settings.fire_limit)
             if self._due_for_commit(owner, now_s):
                 busy.append(owner)
@@ -155,6 +178,73 @@ class Scheduler:
             self._commit(busy[0])
         elif busy:
             list(self._pool.map(self._commit, busy))
+
+    def _hold_input(self, msg: Message) -> None:
+        """Firing is stopped and this record would emit an execution request: read its
+        partition again from it once firing resumes (the partition stays paused till then)."""
+        tp = TopicPartition(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+        self.consumer.pause([tp])
+        self.consumer.seek(tp)
+        self._held_inputs.add((tp.topic, tp.partition))
+        log.info(
+            "input held until firing resumes: it would emit an execution request",
+            extra={"topic": tp.topic, "partition": tp.partition, "offset": tp.offset},
+        )
+
+    # --- the clock ------------------------------------------------------------------------
+
+    def _check_clock(self, now_ms: int) -> None:
+        """Follow the clock probe's verdict (a lock and some arithmetic: no round trip)."""
+        decision = self.probe.decide(now_ms)
+        if decision.offset_ms is not None:
+            metrics.CLOCK_OFFSET.set(decision.offset_ms / 1000)
+        if decision.fire != self.firing:
+            self._set_firing(decision)
+        if decision.member != self.member:
+            self._set_member(decision)
+        elif not self.member and self._suspended and not self.consumer.assignment():
+            for p in list(self._suspended):  # given up: nothing comes back to resume
+                self._close(self._suspended.pop(p)[0], p)
+
+    def _set_firing(self, decision: skew.Decision) -> None:
+        self.firing = decision.fire
+        metrics.FIRING.set(1 if decision.fire else 0)
+        for owner in self.owners.values():
+            owner.hold_emits = not decision.fire
+        if decision.fire:
+            log.info("firing: %s", decision.reason, extra=skew.describe(decision))
+            held = [TopicPartition(t, p) for t, p in sorted(self._held_inputs)]
+            self._held_inputs.clear()
+            assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            held = [tp for tp in held if (tp.topic, tp.partition) in assigned]
+            if held:
+                self.consumer.resume(held)
+            return
+        # a scheduler that fires on a clock ahead of the broker's runs every job early
+        log.warning(
+            "not firing (inputs still read, states still committed): %s",
+            decision.reason,
+            extra=skew.describe(decision),
+        )
+
+    def _set_member(self, decision: skew.Decision) -> None:
+        self.member = decision.member
+        if decision.member:
+            self.consumer.subscribe(
+                list(self.topics.scheduler_inputs),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            log.info("joining the schedulers' group", extra=skew.describe(decision))
+            return
+        metrics.CLOCK_GIVE_UPS.inc()
+        log.warning(
+            "giving up my partitions (leaving the schedulers' group) until my clock is good: %s",
+            decision.reason,
+            extra=skew.describe(decision),
+        )
+        self.consumer.unsubscribe()  # the revocation commits what is pending, as a rebalance
 
     def _due_for_commit(self, owner: PartitionOwner, now_s: float) -> bool:
         """Commit now: something someone waits for, bookkeeping older than the commit
@@ -244,6 +334,8 @@ class Scheduler:
     def _poll_timeout_s(self) -> float:
         timeout_s = self.settings.idle_poll_s
         wakes = [w for w in (o.next_wake_ms() for o in self.owners.values()) if w is not None]
+        if not self.firing:
+            wakes = []  # nothing fires: due jobs must not turn the loop into a busy wait
         if wakes:
             timeout_s = min(timeout_s, max(0.0, (min(wakes) - self.clock.now_ms()) / 1000))
         waiting = [o.pending.since for o in self.owners.values() if o.pending.since is not None]
@@ -337,6 +429,7 @@ class Scheduler:
             rng=self.rng,
             clock=self.clock,
         )
+        owner.hold_emits = not self.firing
         n, seconds = owner.restore()
         metrics.RESTORE_SECONDS.observe(seconds)
         metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
@@ -407,8 +500,8 @@ class Scheduler:
         log.info("released partition %s", p, extra={"partition": p})
 
 
-def run(settings: SchedulerSettings) -> int:
-    scheduler = Scheduler(settings)
+def run(settings: SchedulerSettings, clock: Clock | None = None) -> int:
+    scheduler = Scheduler(settings, clock)
     signal.signal(signal.SIGTERM, scheduler.stop)
     signal.signal(signal.SIGINT, scheduler.stop)
     started = time.monotonic()

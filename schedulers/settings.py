@@ -46,6 +46,20 @@ class SchedulerSettings:
     """The workers' finished-lease retention (DUETIME_LEASE_RETENTION_S, the same variable):
     a rescue must meet the finished lease of a run that did end, or the work runs twice."""
 
+    max_clock_skew_s: float = 1.0
+    """Fire only while the wall clock is certainly within this of the broker's (skew.py)."""
+    clock_give_up_s: float = 30.0
+    """Not allowed to fire this long in a row (skewed, or unknown): leave the group so a
+    healthy scheduler takes the partitions; join again once the clock is good."""
+    clock_probe_s: float = 5.0
+    """How often the clock's offset from the broker is measured (a thread, off the cycle)."""
+
+    @property
+    def clock_stale_s(self) -> float:
+        """A clock verdict older than three probe intervals (with a floor for short ones) is no
+        verdict: one lost probe does not stop firing, a dead probe does."""
+        return max(3 * self.clock_probe_s, 5.0)
+
     @property
     def rescue_horizon_s(self) -> float:
         """No rescue of an attempt that became due longer ago than this: a copy then has the
@@ -107,4 +121,11 @@ class SchedulerSettings:
             lease_retention_s=env.number(
                 "DUETIME_LEASE_RETENTION_S", cls.lease_retention_s, 3600.0, 365 * 86400.0
             ),
+            max_clock_skew_s=env.number(
+                "DUETIME_SCHEDULER_MAX_CLOCK_SKEW_S", cls.max_clock_skew_s, 0.01, 3600.0
+            ),
+            clock_give_up_s=env.number(
+                "DUETIME_SCHEDULER_CLOCK_GIVE_UP_S", cls.clock_give_up_s, 0.0, 86400.0
+            ),
+            clock_probe_s=env.number("DUETIME_SCHEDULER_CLOCK_PROBE_S", cls.clock_probe_s, 0.1, 60),
         )

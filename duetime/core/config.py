@@ -51,7 +51,8 @@ class Env:
             raise ConfigError(
                 f"{name}={value!r} is not a valid {kind.__name__}", details={"variable": name}
             ) from None
-        if (lo is not None and number < lo) or (hi is not None and number > hi):
+        # NaN compares false with every bound, so without its own test it passes them all
+        if number != number or (lo is not None and number < lo) or (hi is not None and number > hi):
             raise ConfigError(
                 f"{name}={value} is out of range [{lo}, {hi}]", details={"variable": name}
             )

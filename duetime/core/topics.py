@@ -17,6 +17,13 @@ from .poison import TOPIC_MAX_BYTES
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "10000"}
 # Event topics are deleted by time: 7 days is enough to rebuild the projection after an outage.
 _EVENTS = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
+# The schedulers' clock probes (schedulers/skew.py): the broker stamps each on append, which is
+# the one way Kafka tells a client its time; nobody reads them back, an hour is plenty.
+_CLOCK = {
+    "cleanup.policy": "delete",
+    "message.timestamp.type": "LogAppendTime",
+    "retention.ms": str(3600 * 1000),
+}
 # The dead-letter topics keep their records as long as the 30-day execution history.
 _DEAD = {"cleanup.policy": "delete", "retention.ms": str(30 * 24 * 3600 * 1000)}
 
@@ -73,6 +80,11 @@ class Topics:
         """Records that could not be decoded, with their original bytes and context headers."""
         return self.prefix + "poison"
 
+    @property
+    def clock(self) -> str:
+        """The schedulers' clock probes (LogAppendTime: the broker's time; one partition)."""
+        return self.prefix + "clock"
+
     def execution(self, priority: Priority | str) -> str:
         return f"{self.prefix}exec.{Priority(priority).value}"
 
@@ -96,6 +108,7 @@ class Topics:
             ),
         ]
         specs += [TopicSpec(t, partitions, dict(_EVENTS), "execution") for t in self.executions]
+        specs.append(TopicSpec(self.clock, 1, dict(_CLOCK), None))
         return specs
 
     def event_type_of(self, topic: str) -> str | None:
