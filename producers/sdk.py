@@ -57,6 +57,7 @@ from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import updates
+from .execution_view import ExecutionView, read_execution
 
 DeliveryCallback = Callable[[KafkaError | None], None]
 """Told the outcome of one published event: None once acknowledged, else the error."""
@@ -326,6 +327,15 @@ class JobClient:
             self.publish_definition(definition)
             conn.execute(updates.WRITE_SQL, updates.row_values(definition))
             return definition
+
+    def get_execution(self, execution_id: str) -> ExecutionView:
+        """One execution as ``GET /v1/executions/{id}`` shows it: status, attempts and their
+        errors, the latest attempt's output and traceback (redacted). Read from the PostgreSQL
+        projection (``database_url`` of the client's settings); :class:`ValidationError` for an
+        id that is not a UUID, :class:`NotFound` for one the projection does not hold."""
+        execution_id = parse_uuid(execution_id, "execution_id")
+        with self._projection() as conn:
+            return read_execution(conn, execution_id)
 
     @contextmanager
     def _projection(self) -> Iterator[psycopg.Connection[Any]]:

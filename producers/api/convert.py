@@ -10,6 +10,7 @@ published by an older SDK) is left out with a note rather than breaking the whol
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from duetime.core.jobspec import job_to_api
 from duetime.core.records import JobDefinition
 from duetime.core.redact import redact_headers, redact_text, redact_url
 
-from .jsondepth import nesting_depth
+from .jsondepth import exceeds_depth, nesting_depth
 from .rows import DeadLetterRow, ExecutionRow, JobRow
 from .store import MAX_DECODED_DEPTH, TooDeep
 
@@ -71,8 +72,48 @@ def redact_deep(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def execution_out(e: ExecutionRow) -> dict[str, Any]:
+MAX_LISTED_OUTPUT_BYTES = 1024
+"""An output larger than this is left out of lists (a page of 100 stays small): the single
+execution's read shows it whole."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def output_of(text: str | None, limit_bytes: int | None) -> tuple[Any, str | None]:
+    """(the output to show, why it is not shown): the stored JSON text decoded, unless it is
+    over ``limit_bytes``, not strict JSON (Python writes NaN and Infinity, a JSON answer may
+    not hold them) or nested deeper than the API decodes."""
+    if text is None:
+        return None, None
+    raw = text.encode("utf-8", "backslashreplace")
+    if limit_bytes is not None and len(raw) > limit_bytes:
+        return None, (
+            f"{len(raw)} bytes, over {limit_bytes} in a list: "
+            "GET /v1/executions/{execution_id} shows it"
+        )
+    if exceeds_depth(raw, MAX_SHOWN_DEPTH):
+        return None, "nested too deep to show"
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant), None
+    except ValueError as exc:
+        return None, f"not strict JSON ({str(exc)[:80]})"
+
+
+def execution_detail(e: ExecutionRow) -> dict[str, Any]:
+    """One execution as ``GET /v1/executions/{id}`` shows it: the output whole (up to the
+    worker's cap) and the latest attempt's traceback (redacted again: it was on the worker)."""
+    out = execution_out(e, output_limit_bytes=None)
+    out["traceback"] = None if e.traceback is None else redact_text(e.traceback)
+    return out
+
+
+def execution_out(
+    e: ExecutionRow, output_limit_bytes: int | None = MAX_LISTED_OUTPUT_BYTES
+) -> dict[str, Any]:
     """From a row, or from ``to_jsonb`` of a row (then times are strings)."""
+    output, output_omitted = output_of(e.output_json, output_limit_bytes)
     return {
         "execution_id": str(e.execution_id),
         "job_id": str(e.job_id),
@@ -91,6 +132,8 @@ def execution_out(e: ExecutionRow) -> dict[str, Any]:
         "dag_id": _s(e.dag_id),
         "dag_run_id": e.dag_run_id,
         "attempts": [attempt_out(a) for a in _decoded(e.attempts, []) or []],
+        "output": redact_deep(output),
+        "output_omitted": output_omitted,
     }
 
 

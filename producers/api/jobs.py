@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Literal
@@ -25,7 +26,7 @@ from .schemas import (
     JOB_SCHEMA,
     JOB_UPDATE_SCHEMA,
     CommandOut,
-    ExecutionOut,
+    ExecutionDetailOut,
     ExecutionPage,
     JobCreatedOut,
     JobOut,
@@ -352,14 +353,22 @@ async def list_executions(
 
 @router.get(
     "/executions/{execution_id}",
-    response_model=ExecutionOut,
-    responses=errors(401, 404),
-    summary="one execution",
+    response_model=ExecutionDetailOut,
+    responses=errors(401, 404, 422),
+    summary="one execution: its attempts and their errors, its output and traceback",
 )
 async def get_execution(execution_id: str, res: Res) -> dict[str, Any]:
-    execution_id = parse_id(execution_id, "execution")
+    try:
+        # the canonical form: PostgreSQL would take other spellings, the answer shows this one
+        execution_id = str(uuid.UUID(execution_id))
+    except ValueError:
+        raise ValidationError(
+            f"execution id {execution_id[:100]!r} is not a UUID",
+            field="execution_id",
+            details={"execution_id": execution_id[:100]},
+        ) from None
     async with res.pool.connection() as conn:
         row = await store.get_execution(conn, execution_id)
     if row is None:
         raise NotFound(f"no execution {execution_id}", details={"execution_id": execution_id})
-    return convert.execution_out(row)
+    return convert.execution_detail(row)

@@ -65,6 +65,10 @@ class ExecutionRow(_Row):
     dag_id: Any
     dag_run_id: str | None
     attempts: Any
+    output_json: str | None = None
+    """The latest attempt's return value as JSON text (not decoded by the connection: text)."""
+    traceback: str | None = None
+    """The latest attempt's traceback; list queries leave it out (``store.EXECUTION_LISTED``)."""
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

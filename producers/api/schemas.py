@@ -72,6 +72,26 @@ class ExecutionOut(BaseModel):
     dag_id: str | None
     dag_run_id: str | None
     attempts: list[AttemptOut]
+    output: Any = Field(
+        None,
+        description="the latest attempt's return value (a Python task's, JSON; an HTTP "
+        "target's is its http_status); null when there is none or it is not shown",
+    )
+    output_omitted: str | None = Field(
+        None,
+        description="why an existing output is not shown: over 1 KiB in a list (GET "
+        "/v1/executions/{execution_id} shows up to the worker's 64 KiB cap), not strict JSON "
+        "(NaN, Infinity) or nested too deep",
+    )
+
+
+class ExecutionDetailOut(ExecutionOut):
+    traceback: str | None = Field(
+        None,
+        description="the latest attempt's traceback when a Python task raised: frames and "
+        "exception lines only (no local values), secrets redacted, at most 8 KiB with the "
+        "innermost frames kept",
+    )
 
 
 class JobOut(BaseModel):

@@ -152,9 +152,16 @@ def dag_row_spec(row: DagRow) -> dict[str, Any]:
 
 # --- reads -----------------------------------------------------------------------------------
 
+EXECUTION_LISTED = ", ".join(
+    f"x.{name}" for name in ExecutionRow.__dataclass_fields__ if name != "traceback"
+)
+"""The executions columns a list reads: all that ``ExecutionRow`` knows but the traceback (up
+to 8 KiB a row, shown by the single execution's read only)."""
+
 _LAST_EXECUTION = """
 LEFT JOIN LATERAL (
-    SELECT to_jsonb(x) AS last_execution FROM executions x WHERE x.job_id = j.job_id
+    SELECT to_jsonb(x) - 'traceback' AS last_execution FROM executions x
+    WHERE x.job_id = j.job_id
     ORDER BY x.scheduled_at DESC, x.execution_id DESC LIMIT 1
 ) e ON true
 """
@@ -241,7 +248,7 @@ async def list_executions(
     return await _all(
         conn,
         ExecutionRow,
-        f"SELECT * FROM executions WHERE {' AND '.join(where)} "
+        f"SELECT {EXECUTION_LISTED} FROM executions x WHERE {' AND '.join(where)} "
         "ORDER BY scheduled_at DESC, execution_id DESC LIMIT %s",
         [*args, limit],
     )

@@ -290,12 +290,24 @@ def run_executions(args: argparse.Namespace) -> int:
             if args.json:
                 render.as_json(execution)
             else:
-                render.record(execution, skip=("attempts",))
+                render.record(execution, skip=("attempts", "traceback"))
                 print("\nattempts:")
                 render.table(
                     execution.get("attempts") or [],
-                    ("attempt", "status", "queued_at", "started_at", "finished_at", "worker_id"),
+                    (
+                        "attempt",
+                        "status",
+                        "queued_at",
+                        "started_at",
+                        "finished_at",
+                        "worker_id",
+                        "error",
+                    ),
                 )
+                trace = execution.get("traceback")
+                if trace:
+                    print("\ntraceback (latest attempt):")
+                    render.lines(str(trace))
             return 0
         if len(args.target) != 1:
             raise SystemExit("usage: duetime executions JOB_ID")

@@ -96,6 +96,16 @@ def record(
                 out.write(f"{indent}{line}".rstrip() + "\n")
 
 
+def lines(text: str, out: TextIO | None = None, indent: str = "  ") -> None:
+    """A multi-line text (a traceback) as its lines, each indented and escaped like a value:
+    its line breaks are kept, and nothing in it can move the cursor or start a line that reads
+    as ours."""
+    out = out or sys.stdout
+    for line in text.split("\n"):
+        shown = _C1_AND_BIDI.sub(_escaped, escape_control(line))
+        out.write(f"{indent}{shown}".rstrip() + "\n")
+
+
 class Progress:
     """``[#####-----] 50/100 what`` redrawn in place on a terminal; one line per step otherwise."""
 
