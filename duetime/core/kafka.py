@@ -13,9 +13,12 @@ every secret value masked.
 from __future__ import annotations
 
 import enum
+import logging
 import re
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
@@ -37,6 +40,62 @@ from .errors import ConfigError, RetryableError
 _CLASSIC_MEMBER_ONLY = frozenset({"session.timeout.ms", "heartbeat.interval.ms"})
 
 
+_UNREACHABLE_RE = re.compile(
+    r"Connect to .* failed|Connection refused|all brokers are down|Receive failed|"
+    r"Disconnected|Failed to resolve|timed out|Connection reset",
+    re.IGNORECASE,
+)
+
+
+class LibrdkafkaLogs(logging.Filter):
+    """librdkafka's own lines (``%3|...|FAIL|...`` on stderr by default), through duetime's
+    logging instead, rate-limited: a broker that went away makes librdkafka log each failed
+    connection attempt (about 10 lines a second per client), which buried everything else.
+
+    Each client's lines of one kind (facility) pass at most once per ``every_s``, with the
+    number held back since; a failed connection becomes one duetime-level WARNING that says
+    what it means (the client retries on its own; nothing to do unless it persists).
+    """
+
+    def __init__(self, every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self.clock = clock
+        self._lock = threading.Lock()  # clients of several threads log through one logger
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        """(client, kind) → (when one last passed, how many were held back since)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not (isinstance(args, tuple) and len(args) == 3):
+            return True  # not a librdkafka line (confluent-kafka logs "%s [%s] %s")
+        facility, client, text = (str(a) for a in args)
+        unreachable = record.levelno >= logging.WARNING and bool(_UNREACHABLE_RE.search(text))
+        kind = "unreachable" if unreachable else facility
+        now = self.clock()
+        with self._lock:
+            last, held = self._seen.get((client, kind), (-float("inf"), 0))
+            if now - last < self.every_s:
+                self._seen[(client, kind)] = (last, held + 1)
+                return False
+            self._seen[(client, kind)] = (now, 0)
+        more = f" ({held} more like it in the last {self.every_s:g} s)" if held else ""
+        if unreachable:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "Kafka broker unreachable from %s: %s; the client keeps retrying%s"
+            record.args = (client, text, more)
+        else:
+            record.msg = "librdkafka %s [%s] %s%s"
+            record.args = (facility, client, text, more)
+        return True
+
+
+LIBRDKAFKA_LOG = logging.getLogger("duetime.kafka.librdkafka")
+"""Every client the factories build logs through this (confluent-kafka's ``logger``
+property), served by the client's own poll calls."""
+LIBRDKAFKA_LOG.addFilter(LibrdkafkaLogs())
+
+
 def _layered(
     settings: CommonSettings,
     defaults: dict[str, Any],
@@ -45,7 +104,7 @@ def _layered(
 ) -> dict[str, Any]:
     """duetime's defaults, then the operator's properties, then the role's own overrides."""
     operator = {k: v for k, v in settings.kafka_properties.as_dict().items() if k not in skip}
-    return {**defaults, **operator, **overrides}
+    return {"logger": LIBRDKAFKA_LOG, **defaults, **operator, **overrides}
 
 
 def _refused(settings: CommonSettings, kind: str, exc: KafkaException) -> ConfigError:
