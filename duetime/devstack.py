@@ -38,6 +38,11 @@ ROLES: list[tuple[str, list[str], int]] = [
 def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-demo", action="store_true", help="do not load the demo workload")
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every fire (default: a summary every 10 s)",
+    )
+    parser.add_argument(
         "--duration-s",
         type=float,
         default=None,
@@ -171,7 +176,7 @@ def run_dev(args: argparse.Namespace) -> int:
         follower = None
         if not args.no_demo:
             follower = threading.Thread(
-                target=_demo, args=(common, supervisor.stop_event), daemon=True
+                target=_demo, args=(common, supervisor.stop_event, args.verbose), daemon=True
             )
             follower.start()
         print(f"roles: {', '.join(r[0] for r in ROLES)}; logs in {logs_dir}", flush=True)
@@ -213,8 +218,42 @@ def _demo_id(name: str) -> str:
     return str(uuid.uuid5(uuid.UUID("0b6c1f0e-3a5e-4d8e-9f57-6b1e2d3c4a59"), name))
 
 
-def _demo(common: Any, stop: threading.Event) -> None:
-    """Load the demo jobs, then print every execution request as it is emitted."""
+@dataclass
+class FireSummary:
+    """What the follower saw since its last line: fires per priority, their lateness (emit
+    time minus due time) and records it could not read (shown, never fatal)."""
+
+    every_s: float = 10.0
+    fires: dict[str, int] = field(default_factory=dict)
+    lateness_ms: list[int] = field(default_factory=list)
+    unreadable: int = 0
+    total: int = 0
+
+    def add(self, priority: str, lateness_ms: int) -> None:
+        self.fires[priority] = self.fires.get(priority, 0) + 1
+        self.lateness_ms.append(lateness_ms)
+        self.total += 1
+
+    def line(self) -> str | None:
+        """The summary line, and a fresh period; None when nothing happened."""
+        if not self.lateness_ms and not self.unreadable:
+            return None
+        late = sorted(self.lateness_ms)
+        parts = [f"last {self.every_s:g} s: {len(late)} fired"]
+        if late:
+            by = ", ".join(f"{p} {n}" for p, n in sorted(self.fires.items()))
+            p50 = late[len(late) // 2]
+            parts.append(f"({by}); lateness p50 {p50} ms, max {late[-1]} ms")
+        if self.unreadable:
+            parts.append(f"; {self.unreadable} unreadable records skipped")
+        parts.append(f"; {self.total} fired since start")
+        self.fires, self.lateness_ms, self.unreadable = {}, [], 0
+        return " ".join(parts).replace(" ;", ";")
+
+
+def _demo(common: Any, stop: threading.Event, verbose: bool = False) -> None:
+    """Load the demo jobs, then follow the execution requests as they are emitted: a summary
+    every 10 s, or every fire with ``verbose``."""
     from duetime.producers.sdk import JobClient
     from duetime.schemas.codec import Codec
 
@@ -285,19 +324,40 @@ def _demo(common: Any, stop: threading.Event) -> None:
     )
     consumer.subscribe(topics.executions)
     codec = Codec()
+    summary = FireSummary()
+    next_line = time.monotonic() + summary.every_s
     try:
         while not stop.is_set():
             for msg in consumer.consume(100, 0.5):
-                if msg.error():
-                    continue
-                request = codec.decode("execution", msg.value() or b"")
-                lateness = request["emitted_at_ms"] - request["due_at_ms"]
-                scheduled = datetime.fromtimestamp(request["scheduled_at_ms"] / 1000, UTC)
-                print(
-                    f"fired {request['name']:<16} priority={request['priority']:<8} "
-                    f"scheduled={scheduled:%H:%M:%S.%f} "
-                    f"lateness={lateness} ms trigger={request['trigger']}",
-                    flush=True,
-                )
+                if not msg.error():
+                    _follow(codec, msg.value() or b"", summary, verbose)
+            if time.monotonic() >= next_line:
+                next_line += summary.every_s
+                text = summary.line()
+                if text is not None and not verbose:
+                    print(f"demo: {text}", flush=True)
     finally:
         consumer.close()
+
+
+def _follow(codec: Any, value: bytes, summary: FireSummary, verbose: bool) -> None:
+    """One execution request into the summary (and printed with ``verbose``); a record that
+    does not decode (anyone may write to the topic) is counted, not fatal."""
+    from duetime.core.errors import DuetimeError
+    from duetime.core.records import ExecutionRequest
+
+    try:
+        request = codec.load(ExecutionRequest, value)
+        lateness = request.emitted_at_ms - request.due_at_ms
+        scheduled = datetime.fromtimestamp(request.scheduled_at_ms / 1000, UTC)
+    except (DuetimeError, ValueError, OverflowError, OSError):
+        summary.unreadable += 1
+        return
+    summary.add(request.priority.value, lateness)
+    if verbose:
+        print(
+            f"fired {request.name[:40]!r:<18} priority={request.priority.value:<8} "
+            f"scheduled={scheduled:%H:%M:%S.%f} "
+            f"lateness={lateness} ms trigger={request.trigger.value}",
+            flush=True,
+        )
