@@ -26,6 +26,7 @@ Status = Literal[
     "skipped",
     "paused",
     "cancelled",
+    "expired",
 ]
 Priority = Literal["critical", "high", "normal", "low"]
 
@@ -108,6 +109,9 @@ class JobOut(BaseModel):
     )
     retry: dict[str, Any]
     timeout_s: float
+    start_within_s: float | None = Field(
+        None, description="start window, seconds after the due time (null: no limit)"
+    )
     misfire: str
     overlap: str
     labels: dict[str, str]
@@ -128,9 +132,6 @@ class JobCreatedOut(BaseModel):
 
 
 class JobPage(BaseModel):
-    start_within_s: float | None = Field(
-        None, description="start window, seconds after the due time (null: no limit)"
-    )
     items: list[JobOut]
     next_cursor: str | None
 
@@ -399,6 +400,13 @@ _JOB_PROPERTIES: dict[str, Any] = {
         "additionalProperties": False,
     },
     "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 604800},
+    "start_within_s": {
+        "type": ["number", "null"],
+        "exclusiveMinimum": 0,
+        "maximum": 604800,
+        "description": "an execution not started by its due time + this many seconds ends "
+        "expired without running; null: no limit",
+    },
     "misfire": {"enum": ["skip", "run_once", "run_all"], "default": "run_once"},
     "overlap": {"enum": ["skip", "allow", "queue_one"], "default": "skip"},
     "labels": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
@@ -419,13 +427,6 @@ JOB_UPDATE_SCHEMA: dict[str, Any] = {
         k: v
         for k, v in _JOB_PROPERTIES.items()
         if k not in ("job_id", "dag_id", "dag_key", "depends_on")
-    "start_within_s": {
-        "type": ["number", "null"],
-        "exclusiveMinimum": 0,
-        "maximum": 604800,
-        "description": "an execution not started by its due time + this many seconds ends "
-        "expired without running; null: no limit",
-    },
     },
     "additionalProperties": False,
 }

@@ -172,10 +172,9 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
         "target": _target_flag(args),
         "retry": _retry_flag(args, body.get("retry")),
         "labels": _labels_flag(args.label, body.get("labels")),
-        **{
-            key: getattr(args, key)
-            for key in ("priority", "timeout_s", "start_within_s", "misfire", "overlap")
-        },
+        **{key: getattr(args, key) for key in ("priority", "timeout_s", "misfire", "overlap")},
+        # getattr with a default: a caller's own namespace (tests, scripts) may predate it
+        "start_within_s": getattr(args, "start_within_s", None),
         "job_id": args.job_id,
     }
     return {**body, **payload, **{k: v for k, v in flags.items() if v is not None}}
@@ -339,6 +338,12 @@ def add_dags_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=text)
         _common(p)
         p.add_argument("dag_id")
+    retry = sub.add_parser(
+        "retry", help="repair a failed run: re-run its dead jobs and carry on downstream"
+    )
+    _common(retry)
+    retry.add_argument("dag_id")
+    retry.add_argument("dag_run_id")
 
 
 def _dag_row(dag: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +368,8 @@ def run_dags(args: argparse.Namespace) -> int:
                 print("\njobs:")
                 render.table(out.get("nodes") or [], ("key", "job_id", "depends_on", "status"))
                 return 0
+        elif args.action == "retry":
+            out = api.post(f"/v1/dags/{args.dag_id}/runs/{args.dag_run_id}/retry")
         elif args.action == "runs":
             runs = api.pages(f"/v1/dags/{args.dag_id}/runs", 50)
             if args.json:
