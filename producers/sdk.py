@@ -578,6 +578,41 @@ class JobClient:
         )
         return dag_run_id
 
+    def retry_dag_run(
+        self,
+        dag_id: str,
+        dag_run_id: str,
+        *,
+        node_key: str | None = None,
+        wait: bool = True,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> str:
+        """Repair a DAG run: re-run its dead nodes (``node_key``: only that one), put their
+        skipped descendants back to blocked and carry on downstream; returns the request id.
+
+        Published to the dag_runs topic for the DAG resolver, which owns the run's progress
+        and decides: a run with nothing dead (still running, already being repaired, or a
+        success) is left as it is, and so is a run it no longer holds (older than its
+        ``DUETIME_RESOLVER_REPAIR_RETENTION_S``). Over Kafka alone nothing is answered: REST's
+        ``POST /v1/dags/{dag_id}/runs/{run_id}/retry`` says what will run again, or why not.
+        """
+        dag_id = parse_uuid(dag_id, "dag_id")
+        dag_run_id = parse_uuid(dag_run_id, "dag_run_id")
+        request_id = str(uuid.uuid4())
+        event = DagRunEvent(
+            dag_id=dag_id,
+            dag_run_id=dag_run_id,
+            kind=DagRunEventKind.RETRY,
+            at_ms=self.clock.now_ms(),
+            node_key=node_key,
+            request_id=request_id,
+        )
+        value = self.codec.dump(event, topic=self.topics.dag_runs)
+        self._send(self.topics.dag_runs, dag_id, value, on_delivery)
+        if wait:
+            self.flush()
+        return request_id
+
     # --- delivery -------------------------------------------------------------------------
 
     def _send(

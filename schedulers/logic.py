@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from duetime.core.dag import REPAIR_REASON
 from duetime.core.errors import IllegalTransition
 from duetime.core.inputs import MAX_TIME_MS, check_number
 from duetime.core.jobspec import MAX_TIMEOUT_S, _dt, _ms, same_job, schedule_of
@@ -341,7 +342,9 @@ def _resume(
     return True
 
 
-def _cancel(state: SchedulerState, _c: ControlCommand, _n: int, _p: Policy, _o: Outputs) -> bool:
+def _cancel(
+    state: SchedulerState, _c: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
     if state.status is Status.CANCELLED:
         return False
     _move(state, Event.CANCEL)
@@ -349,6 +352,11 @@ def _cancel(state: SchedulerState, _c: ControlCommand, _n: int, _p: Policy, _o: 
     state.queued_occurrence_ms = None
     # retries waiting for their backoff will not run: no further runs
     state.inflight = [e for e in state.inflight if e.status is not Status.FAILED]
+    if not is_dag_trigger(state):
+        # a DAG member: every run it has not ended in would otherwise wait for it forever
+        for run_id, status in list(state.dag_runs.items()):
+            if status not in TERMINAL:
+                _node_cancelled(state, run_id, now_ms, out)
     return True
 
 
@@ -372,6 +380,9 @@ def _replay(
 ) -> bool:
     if state.status is Status.CANCELLED or is_dag_trigger(state):
         return False
+    run_id = command.dag_run_id
+    if run_id and state.definition.dag_id:
+        return _replay_in_run(state, command, run_id, now_ms, out)
     # one replay per dead execution: a second command for the same dead execution derives
     # the same new execution id, which is not emitted twice while in flight and whose
     # finished lease the worker does not run again (issue 13, finding 12)
@@ -385,10 +396,19 @@ def _release(
     state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
 ) -> bool:
     run_id = command.dag_run_id or ""
-    if state.dag_runs.get(run_id) is not Status.BLOCKED:
-        return False  # a second release of the same run does nothing
+    current = state.dag_runs.get(run_id)
+    # a repaired run releases its dead and skipped members again (or one whose entry was
+    # pruned since); any other release of an entry not blocked is a repeat, which does nothing
+    repair = command.reason == REPAIR_REASON and (current is None or current in _REPAIRED)
+    if current is not Status.BLOCKED and not repair:
+        return False
+    if state.status is Status.CANCELLED:
+        _node_cancelled(state, run_id, now_ms, out)  # a cancelled job runs no more
+        return True
     state.dag_runs[run_id] = Status.PENDING
-    _emit(state, now_ms, Trigger.RELEASE, now_ms, out, salt=run_id, dag_run_id=run_id)
+    # each repair's execution is a new one (the command id differs per repair)
+    salt = f"{run_id}/{command.command_id}" if repair else run_id
+    _emit(state, now_ms, Trigger.RELEASE, now_ms, out, salt=salt, dag_run_id=run_id)
     state.dag_runs[run_id] = Status.QUEUED
     return True
 
@@ -409,7 +429,9 @@ def _dag_run_start(
     run_id = command.dag_run_id or ""
     if run_id in state.dag_runs:
         return False
-    if state.definition.depends_on:
+    if state.status is Status.CANCELLED:
+        _node_cancelled(state, run_id, now_ms, out)  # the run must not wait for it
+    elif state.definition.depends_on:
         state.dag_runs[run_id] = Status.BLOCKED
         _move(state, Event.BLOCK)
     else:
@@ -423,9 +445,11 @@ def _dag_run_end(
 ) -> bool:
     """The resolver reports a run's end: count it out, then fire a run held by queue_one."""
     run_id = command.dag_run_id or ""
-    if state.dag_runs.get(run_id) is not Status.RUNNING:
-        return False  # unknown, or already ended: a repeated report does nothing
+    current = state.dag_runs.get(run_id)
     ok = command.reason == DagRunStatus.SUCCESS  # the resolver sends the run's outcome
+    # a failed run may end again, in success, once repaired; otherwise a run ends once
+    if current is not Status.RUNNING and not (current is Status.DEAD and ok):
+        return False  # unknown, or already ended: a repeated report does nothing
     state.dag_runs[run_id] = Status.SUCCESS if ok else Status.DEAD
     _fire_held(state, now_ms, out)
     _prune_dag_runs(state)
@@ -568,6 +592,16 @@ def _on_failure(
     _fail_attempt(state, entry, attempt_error, result.retry_after_s, now_ms, rng, out)
 
 
+def _expire(state: SchedulerState, entry: InflightExecution, out: Outputs, now_ms: int) -> None:
+    """The worker could not start the attempt within the job's ``start_within_s``: it was not
+    run. The occurrence ends ``expired``: no retry (a retry would be later still) and no dead
+    letter (nothing failed: the backlog's stale work is dropped by design, and the execution's
+    status says so). A recurring job fires its next occurrence as after any other end."""
+    state.inflight.remove(entry)
+    _move(state, Event.EXPIRE)
+    _after_occurrence(state, now_ms, out, entry)
+
+
 def _fail_attempt(
     state: SchedulerState,
     entry: InflightExecution,
@@ -592,16 +626,6 @@ def _fail_attempt(
         delay_s = retry_after_s
         if delay_s is None:
             delay_s = retry_delay_s(series_attempt - 1, policy, rng)
-def _expire(state: SchedulerState, entry: InflightExecution, out: Outputs, now_ms: int) -> None:
-    """The worker could not start the attempt within the job's ``start_within_s``: it was not
-    run. The occurrence ends ``expired``: no retry (a retry would be later still) and no dead
-    letter (nothing failed: the backlog's stale work is dropped by design, and the execution's
-    status says so). A recurring job fires its next occurrence as after any other end."""
-    state.inflight.remove(entry)
-    _move(state, Event.EXPIRE)
-    _after_occurrence(state, now_ms, out, entry)
-
-
         entry.status = Status.FAILED
         entry.due_at_ms = now_ms + int(delay_s * 1000)
         _move(state, Event.FAIL_RETRYABLE)
@@ -924,6 +948,70 @@ def _start_dag_run(
     out.state_changed = True
 
 
+_REPAIRED = frozenset({Status.DEAD, Status.SKIPPED, Status.EXPIRED})
+"""A member's run entries that a repair's release may run again."""
+
+
+def _replay_in_run(
+    state: SchedulerState, command: ControlCommand, run_id: str, now_ms: int, out: Outputs
+) -> bool:
+    """A replay of a DAG member's dead letter repairs its run: rather than running the
+    member outside the run, ask the resolver (which owns the run's progress) to repair this
+    node; it releases it again and unblocks its skipped descendants. A member whose entry for
+    the run is not dead (already being repaired, or forgotten) is replayed outside the run,
+    as any job (an unknown run must not swallow the replay)."""
+    current = state.dag_runs.get(run_id)
+    definition = state.definition
+    if current in (Status.DEAD, Status.EXPIRED) and definition.dag_id and definition.dag_key:
+        # one repair per dead execution, however often its replay is sent
+        request_id = f"replay/{command.execution_id or command.command_id}"
+        _member_event(state, run_id, DagRunEventKind.RETRY, now_ms, out, request_id=request_id)
+        return True
+    if current is not None and current not in TERMINAL:
+        return False  # the run is being repaired: this node runs again already
+    dead_id = command.execution_id
+    salt = f"replay/{dead_id}" if dead_id else command.command_id
+    _emit(state, now_ms, Trigger.REPLAY, now_ms, out, salt=salt)
+    return True
+
+
+def _node_cancelled(state: SchedulerState, run_id: str, now_ms: int, out: Outputs) -> None:
+    """This member of a DAG run will not run in it: its job was cancelled. The resolver
+    learns it from a ``node_cancelled`` event, skips the node's descendants and ends the run
+    ``cancelled``, instead of waiting for the node forever."""
+    state.dag_runs[run_id] = Status.CANCELLED
+    kind = DagRunEventKind.NODE_CANCELLED
+    _member_event(state, run_id, kind, now_ms, out, node_status=Status.CANCELLED)
+    out.state_changed = True
+
+
+def _member_event(
+    state: SchedulerState,
+    run_id: str,
+    kind: DagRunEventKind,
+    now_ms: int,
+    out: Outputs,
+    *,
+    request_id: str | None = None,
+    node_status: Status | None = None,
+) -> None:
+    """A DagRunEvent about this member in one run, for the resolver (dag_runs topic)."""
+    definition = state.definition
+    if not (definition.dag_id and definition.dag_key):
+        return  # not a DAG member (cannot happen: only members have runs)
+    out.dag_run_events.append(
+        DagRunEvent(
+            dag_id=definition.dag_id,
+            dag_run_id=run_id,
+            kind=kind,
+            at_ms=now_ms,
+            node_key=definition.dag_key,
+            node_status=node_status,
+            request_id=request_id,
+        )
+    )
+
+
 def _prune_dag_runs(state: SchedulerState, keep: int = MAX_DAG_RUNS_KEPT) -> None:
     """Forget the oldest ended runs beyond ``keep``, so a frequent cron's state stays small.
 
@@ -962,6 +1050,6 @@ def execution_request(
         dag_id=definition.dag_id,
         dag_run_id=entry.dag_run_id,
         dag_key=definition.dag_key,
-    )
         # a retry's window counts from its own due time: the worker adds it to due_at_ms
         start_within_s=definition.start_within_s,
+    )

@@ -437,24 +437,36 @@ class DagRunDelta:
     finished_at_ms: int | None = None
     replace_nodes: bool = False
     nodes: dict[str, str] = field(default_factory=dict)
+    reopened: bool = False
+    """A repair put the finished run back to running: its finished_at is cleared."""
 
     def apply(self, event: DagRunEvent) -> None:
         kind = event.kind
-        if kind in (DagRunEventKind.STARTED, DagRunEventKind.COMPLETED) and event.node_statuses:
+        if kind in _SNAPSHOTS and event.node_statuses:
             self.replace_nodes = True
             self.nodes = dict(event.node_statuses)
-        if kind is DagRunEventKind.NODE_STATUS and event.node_key and event.node_status:
+        if kind in _NODE_KINDS and event.node_key and event.node_status:
             self.nodes[event.node_key] = event.node_status
-        if kind is DagRunEventKind.COMPLETED:
+        if kind is DagRunEventKind.REOPENED:
+            self.status = Status.RUNNING.value
+            self.finished_at_ms = None
+            self.reopened = True
+        elif kind is DagRunEventKind.COMPLETED:
             self.status = event.status or Status.SUCCESS.value
             self.finished_at_ms = event.at_ms
         elif kind is DagRunEventKind.STARTED and self.status is None:
             self.status = Status.RUNNING.value
 
 
+_SNAPSHOTS = (DagRunEventKind.STARTED, DagRunEventKind.COMPLETED, DagRunEventKind.REOPENED)
+_NODE_KINDS = (DagRunEventKind.NODE_STATUS, DagRunEventKind.NODE_CANCELLED)
+
+
 def fold_dag_runs(events: Iterable[DagRunEvent]) -> dict[str, DagRunDelta]:
     deltas: dict[str, DagRunDelta] = {}
     for event in events:
+        if event.kind is DagRunEventKind.RETRY:
+            continue  # a request to the resolver, which answers with reopened and node events
         run = deltas.get(event.dag_run_id)
         if run is None:
             run = deltas[event.dag_run_id] = DagRunDelta(

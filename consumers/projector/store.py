@@ -132,7 +132,8 @@ VALUES (%(id)s, %(dag_id)s, COALESCE(%(status)s, 'running'), %(started_at)s, %(f
         %(nodes)s::jsonb)
 ON CONFLICT (dag_run_id) DO UPDATE SET
     status = COALESCE(%(status)s, r.status),
-    finished_at = COALESCE(EXCLUDED.finished_at, r.finished_at),
+    finished_at = CASE WHEN %(reopened)s THEN EXCLUDED.finished_at
+                       ELSE COALESCE(EXCLUDED.finished_at, r.finished_at) END,
     started_at = LEAST(r.started_at, EXCLUDED.started_at),
     node_statuses = CASE WHEN %(replace)s THEN EXCLUDED.node_statuses
                          ELSE r.node_statuses || EXCLUDED.node_statuses END
@@ -394,6 +395,7 @@ class ProjectionStore:
                     "finished_at": rows.dt(delta.finished_at_ms),
                     "nodes": json.dumps(delta.nodes, sort_keys=True),
                     "replace": delta.replace_nodes,
+                    "reopened": delta.reopened,
                 },
             )
 

@@ -48,7 +48,7 @@ from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import CommonSettings
 from duetime.core.dag import children, validate_dag
 from duetime.core.errors import CONTENT_ERRORS
-from duetime.core.models import ControlKind, DagRunEventKind, ResultStatus, Status
+from duetime.core.models import ControlKind, DagRunEventKind, DagRunStatus, ResultStatus, Status
 from duetime.core.poison import PRODUCER_MAX_BYTES, park_record
 from duetime.core.records import DagRunEvent, DeadLetter, ExecutionResult
 from duetime.core.topics import Topics
@@ -210,7 +210,7 @@ class Resolver:
                     INPUTS[event_type], event.value, topic=topic, partition=message.partition
                 )
                 run_id = _run_of(record)
-                if isinstance(record, DagRunEvent) and run_id is not None:
+                if isinstance(record, DagRunEvent) and record.kind is DagRunEventKind.STARTED:
                     validate_dag({n.key: n.depends_on for n in record.nodes})
             except CONTENT_ERRORS as exc:
                 await self._park(message, f"{type(exc).__name__}: {exc}")
@@ -294,11 +294,11 @@ class Resolver:
         stored_shape = self.shapes.get(run_id)
         shape = None if stored_shape is None else Shape.from_table(stored_shape)
         if isinstance(record, DagRunEvent):
-            metrics.EVENTS.labels(kind="started").inc()
-            if shape is None and state.done is None:
+            metrics.EVENTS.labels(kind=record.kind.value).inc()
+            if record.kind is DagRunEventKind.STARTED and shape is None and state.done is None:
                 shape = Shape.of(record)
                 self.shapes[run_id] = shape.to_table()
-            actions = progress.on_started(state, shape, self._children(run_id, shape), now_ms)
+            actions = self._on_run_event(run_id, record, state, shape, now_ms)
         else:
             key, status = _node_of(record, shape)
             metrics.EVENTS.labels(kind=status.value).inc()
@@ -312,11 +312,35 @@ class Resolver:
             actions = progress.on_node(state, shape, kids, key, status, now_ms)
         if actions.progress_changed:
             self.progress[run_id] = state.to_table()
-        if state.done is not None and shape is not None:
-            # the run is over: only its progress (statuses, outcome) is kept
+        if state.done is DagRunStatus.SUCCESS and shape is not None:
+            # the run is over for good: only its progress (statuses, outcome) is kept; a run
+            # that ended otherwise keeps its shape, so that it can be repaired
             del self.shapes[run_id]
             self._kids.pop(run_id, None)
         return actions
+
+    def _on_run_event(
+        self, run_id: str, record: DagRunEvent, state: Progress, shape: Shape | None, now_ms: int
+    ) -> progress.Actions:
+        """A DagRunEvent routed here: a run started, a repair request, a member cancelled."""
+        kids = self._children(run_id, shape)
+        if record.kind is DagRunEventKind.RETRY:
+            if shape is None:
+                log.warning(
+                    "repair of a DAG run this resolver does not hold (never started, "
+                    "succeeded, or older than DUETIME_RESOLVER_REPAIR_RETENTION_S) ignored",
+                    extra={"dag_run_id": run_id, "dag_id": record.dag_id},
+                )
+            # a request without an id (not one of ours) is told apart by its time and node
+            request_id = record.request_id or f"{record.at_ms}/{record.node_key or '*'}"
+            return progress.on_retry(state, shape, kids, request_id, record.node_key, now_ms)
+        if record.kind is DagRunEventKind.NODE_CANCELLED:
+            if record.node_key is None:
+                raise ValueError("a node_cancelled DagRunEvent without its node_key")
+            return progress.on_node(
+                state, shape, kids if shape else None, record.node_key, Status.CANCELLED, now_ms
+            )
+        return progress.on_started(state, shape, kids, now_ms)
 
     # --- retention: a sweep marker per partition, handled in the stream ----------------------
 
@@ -343,6 +367,7 @@ class Resolver:
                 now_ms,
                 int(s.done_retention_s * 1000),
                 int(s.orphan_retention_s * 1000),
+                int(s.repair_retention_s * 1000),
             ):
                 del self.progress[run_id]
                 if has_shape:
@@ -367,11 +392,17 @@ class Resolver:
 
 def _run_of(record: Input) -> str | None:
     """The dag_run_id of a record the resolver acts on, or None (a DAG run event other than
-    ``started`` is the resolver's own output, or the projector's business)."""
+    ``started``, ``retry`` and ``node_cancelled`` is the resolver's own output, or the
+    projector's business)."""
     if isinstance(record, DagRunEvent):
-        return record.dag_run_id if record.kind is DagRunEventKind.STARTED else None
+        return record.dag_run_id if record.kind in _ROUTED_KINDS else None
     return record.dag_run_id
 
+
+_ROUTED_KINDS = frozenset(
+    {DagRunEventKind.STARTED, DagRunEventKind.RETRY, DagRunEventKind.NODE_CANCELLED}
+)
+"""The DagRunEvents the resolver acts on; the others are its own output (or unknown to it)."""
 
 _RESULT_STATUS: dict[ResultStatus, progress.NodeEvent] = {
     ResultStatus.RUNNING: Status.RUNNING,

@@ -15,10 +15,20 @@ earlier build restore unchanged):
   as the shape is known.
 
 Node statuses: ``pending`` (released), ``running``, ``failed`` (an attempt failed, a retry may
-come: only the scheduler knows, and it says ``dead`` on the DLQ when none will), and the
-terminal ones (``duetime.core.states.TERMINAL``): ``success``, ``dead``, ``skipped``; no event
-the resolver reads says ``cancelled`` (a result says running/success/failure, a dead letter
-dead), so a node never has it here. A terminal status never changes.
+come: only the scheduler knows, and it says ``dead`` on the DLQ when none will), ``blocked``
+(put back by a repair) and the terminal ones (``duetime.core.states.TERMINAL``): ``success``,
+``dead``, ``skipped``, and ``cancelled`` (the member's scheduler says so with a
+``node_cancelled`` event when the job is cancelled while the run is going: its descendants
+are skipped and the run ends ``cancelled``). A terminal status never changes, except by a
+repair.
+
+Repair (:func:`on_retry`, from a ``retry`` DagRunEvent: the API, the SDK, or the scheduler of a
+member whose dead letter was replayed): ``duetime.core.dag.repair_plan`` names the dead nodes
+to run again and the skipped ones to put back to blocked; the dead ones are released again
+(reason ``repair``: the scheduler releases a dead or skipped member only for a repair), the
+run is reopened (``reopened`` event for the projection) and goes on as any run. A request is
+applied once (its ``request_id`` is remembered); a request for a run with nothing to repair
+(already being repaired, or a success) changes nothing.
 
 Releases and skips are decided by ``duetime.core.dag`` (:func:`ready_to_release`,
 :func:`to_skip`, :func:`run_outcome`): the functions its property tests check.
@@ -38,7 +48,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from duetime.core.dag import ready_to_release, run_outcome, to_skip
+from duetime.core.dag import REPAIR_REASON, ready_to_release, repair_plan, run_outcome, to_skip
 from duetime.core.models import ControlKind, DagRunEventKind, DagRunStatus, Status
 from duetime.core.records import ControlCommand, DagRunEvent
 from duetime.core.states import TERMINAL
@@ -53,7 +63,14 @@ _SUCCEEDED = frozenset({Status.SUCCESS})
 
 _COMMAND_NS = uuid.UUID("a3c6c1c4-8b4e-4f0e-b3a0-57d3d3f2c6a1")
 
-NodeEvent = Literal[Status.RUNNING, Status.FAILED, Status.SUCCESS, Status.DEAD]
+NodeEvent = Literal[
+    Status.RUNNING, Status.FAILED, Status.SUCCESS, Status.DEAD, Status.CANCELLED, Status.EXPIRED
+]
+_ENDS_BADLY = frozenset({Status.DEAD, Status.CANCELLED, Status.EXPIRED})
+"""A node status that skips every descendant in this run."""
+
+REQUESTS_KEPT = 20
+"""Repair request ids remembered per run (a redelivery comes within seconds)."""
 
 
 @dataclass
@@ -115,14 +132,21 @@ class Progress:
     ended_at_ms: int | None = None
     partition: int | None = None
     """The by_run partition whose sweep may drop it (set by the app)."""
+    repairs: list[str] = field(default_factory=list)
+    """The ids of the repair requests applied, oldest first (at most ``REQUESTS_KEPT``)."""
 
     def to_table(self) -> dict[str, Any]:
-        """Plain strings for the enums: the table's JSON serializer need not know them."""
-        return {
+        """Plain strings for the enums: the table's JSON serializer need not know them.
+        ``repairs`` only once there is one: an unrepaired run's entry keeps the format that
+        earlier builds wrote (and read)."""
+        data = {
             **asdict(self),
             "statuses": {key: status.value for key, status in self.statuses.items()},
             "done": None if self.done is None else self.done.value,
         }
+        if not self.repairs:
+            del data["repairs"]
+        return data
 
     @classmethod
     def from_table(cls, data: Mapping[str, Any]) -> Progress:
@@ -160,7 +184,7 @@ def on_started(progress: Progress, shape: Shape | None, kids: Kids, now_ms: int)
     for key, status in list(statuses.items()):
         if status == Status.SUCCESS:
             _release_children(progress, shape, kids, key, now_ms, out)
-        elif status == Status.DEAD:
+        elif status in _ENDS_BADLY:
             _skip_descendants(progress, shape, kids, key, now_ms, out)
     _maybe_complete(progress, shape, now_ms, out)
     out.progress_changed = True
@@ -198,10 +222,65 @@ def on_node(
     out.events.append(_node_event(shape, progress, key, status, now_ms))
     if status == Status.SUCCESS:
         _release_children(progress, shape, kids, key, now_ms, out)
-    elif status == Status.DEAD:
+    elif status in _ENDS_BADLY:
         _skip_descendants(progress, shape, kids, key, now_ms, out)
     if status in TERMINAL:
         _maybe_complete(progress, shape, now_ms, out)
+    return out
+
+
+def on_retry(
+    progress: Progress,
+    shape: Shape | None,
+    kids: Kids,
+    request_id: str,
+    only: str | None,
+    now_ms: int,
+) -> Actions:
+    """A request to repair the run: re-run its dead nodes (``only``: just that one), put their
+    skipped descendants back to blocked, reopen the run if it had ended.
+
+    ``shape`` is None for a run this resolver does not hold (never started, succeeded, or
+    swept after ``repair_retention_s``): nothing to do. A redelivered request (its id is
+    remembered) sends again the releases of the nodes still pending, and changes nothing.
+    """
+    out = Actions()
+    if shape is None:
+        return out
+    if request_id in progress.repairs:
+        for key in sorted(k for k, s in progress.statuses.items() if s == Status.PENDING):
+            out.commands.append(_command(progress, shape, key, ControlKind.RELEASE, now_ms))
+        return out
+    progress.repairs = [*progress.repairs, request_id][-REQUESTS_KEPT:]
+    out.progress_changed = True
+    plan = repair_plan(
+        shape.nodes, progress.statuses, None if only is None else {only}, child_map=kids
+    )
+    if not plan:
+        return out  # nothing dead: a run already being repaired, or one that succeeded
+    statuses = progress.statuses
+    for key in plan.rerun:
+        statuses[key] = Status.PENDING
+        out.commands.append(_command(progress, shape, key, ControlKind.RELEASE, now_ms))
+        out.events.append(_node_event(shape, progress, key, Status.PENDING, now_ms))
+    for key in plan.reblock:
+        statuses[key] = Status.BLOCKED
+        out.events.append(_node_event(shape, progress, key, Status.BLOCKED, now_ms))
+    if progress.done is not None:
+        progress.done = None
+        progress.ended_at_ms = None
+        out.events.insert(
+            0,
+            DagRunEvent(
+                dag_id=shape.dag_id,
+                dag_run_id=progress.run_id,
+                kind=DagRunEventKind.REOPENED,
+                at_ms=now_ms,
+                status=DagRunStatus.RUNNING,
+                node_statuses=dict(statuses),
+                request_id=request_id,
+            ),
+        )
     return out
 
 
@@ -246,8 +325,9 @@ def _skip_descendants(
     statuses = progress.statuses
     for node in sorted(to_skip(shape.nodes, key, child_map=kids)):
         current = statuses.get(node)
-        if current in (Status.SUCCESS, Status.DEAD):
-            continue  # cannot happen: a descendant of a dead node never ran in this run
+        if current in TERMINAL and current != Status.SKIPPED:
+            continue  # ended on its own (cancelled; success or dead cannot happen: a
+            # descendant of a dead node never ran in this run)
         out.commands.append(_command(progress, shape, node, ControlKind.SKIP, now_ms))
         if current != Status.SKIPPED:
             statuses[node] = Status.SKIPPED
@@ -286,7 +366,9 @@ def _completion(progress: Progress, now_ms: int, out: Actions) -> None:
         # the DAG's trigger job counts live runs for its overlap policy
         out.commands.append(
             ControlCommand(
-                command_id=_command_id(progress.run_id, trigger_job_id, ControlKind.DAG_RUN_END),
+                command_id=_command_id(
+                    progress.run_id, trigger_job_id, ControlKind.DAG_RUN_END, len(progress.repairs)
+                ),
                 job_id=trigger_job_id,
                 kind=ControlKind.DAG_RUN_END,
                 issued_at_ms=now_ms,
@@ -307,37 +389,47 @@ def expired(
     now_ms: int,
     done_retention_ms: int,
     orphan_retention_ms: int,
+    repair_retention_ms: int | None = None,
 ) -> bool:
     """Whether a run's entries may be dropped from the tables.
 
     A finished run is kept ``done_retention_ms`` after it ended (long enough for any redelivery
-    to find it finished, which is seconds); events of a run whose ``started`` never came are
+    to find it finished, which is seconds), or ``repair_retention_ms`` if it still has its
+    shape (it did not succeed: it may be repaired); events of a run whose ``started`` never came are
     kept ``orphan_retention_ms``. A run that started and has not finished is never dropped.
     """
     if progress.done is not None:
-        return now_ms - (progress.ended_at_ms or now_ms) > done_retention_ms
+        kept_ms = done_retention_ms
+        if has_shape and repair_retention_ms is not None:
+            kept_ms = max(done_retention_ms, repair_retention_ms)
+        return now_ms - (progress.ended_at_ms or now_ms) > kept_ms
     return not has_shape and now_ms - progress.seen_at_ms > orphan_retention_ms
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _command_id(run_id: str, job_id: str, kind: ControlKind) -> str:
-    """Deterministic: a resent command has the id of the first one."""
-    return str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{job_id}/{kind.value}"))
+def _command_id(run_id: str, job_id: str, kind: ControlKind, repairs: int = 0) -> str:
+    """Deterministic: a resent command has the id of the first one (and a command of the
+    n-th repair of a run differs from the first run's)."""
+    suffix = f"/repair-{repairs}" if repairs else ""
+    return str(uuid.uuid5(_COMMAND_NS, f"{run_id}/{job_id}/{kind.value}{suffix}"))
 
 
 def _command(
     progress: Progress, shape: Shape, key: str, kind: ControlKind, now_ms: int
 ) -> ControlCommand:
     job_id = shape.job_ids[key]
+    repairs = len(progress.repairs)
     return ControlCommand(
-        command_id=_command_id(progress.run_id, job_id, kind),
+        command_id=_command_id(progress.run_id, job_id, kind, repairs),
         job_id=job_id,
         kind=kind,
         issued_at_ms=now_ms,
         dag_id=shape.dag_id,
         dag_run_id=progress.run_id,
+        # after a repair, a release may find the member's run entry dead or skipped
+        reason=REPAIR_REASON if repairs and kind is ControlKind.RELEASE else None,
         requested_by="resolver",
     )
 

@@ -24,6 +24,10 @@ class ResolverSettings:
 
     done_retention_s: float = 3600.0
     """How long a finished run's progress is kept (a redelivery then finds it finished)."""
+    repair_retention_s: float = 7 * 86400.0
+    """How long a run that ended failed keeps its shape and progress, so it can be repaired
+    (``POST /v1/dags/{dag_id}/runs/{run_id}/retry`` or a replay of its dead letter): a
+    repair asked for later finds no run and does nothing (logged)."""
     orphan_retention_s: float = 24 * 3600.0
     """How long events of a run whose started event never came are kept."""
     sweep_interval_s: float = 300.0
@@ -75,6 +79,9 @@ class ResolverSettings:
             ),
             done_retention_s=env.number(
                 "DUETIME_RESOLVER_RETENTION_S", cls.done_retention_s, 1, 30 * 86400
+            ),
+            repair_retention_s=env.number(
+                "DUETIME_RESOLVER_REPAIR_RETENTION_S", cls.repair_retention_s, 1, 365 * 86400
             ),
             sweep_interval_s=env.number(
                 "DUETIME_RESOLVER_SWEEP_INTERVAL_S", cls.sweep_interval_s, 0.1, 86400

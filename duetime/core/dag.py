@@ -3,7 +3,8 @@
 Role: the producers call :func:`validate_dag` / :func:`validate_dag_pairs` before anything
 reaches Kafka, so a bad DAG gets a clear 4xx and writes nothing; the DAG resolver
 (``consumers/resolver/progress.py``) calls :func:`ready_to_release`, :func:`to_skip` and
-:func:`run_outcome` as results arrive.
+:func:`run_outcome` as results arrive, and :func:`repair_plan` when a run is repaired (its
+dead nodes run again, their skipped descendants go back to blocked).
 
 A DAG is a mapping from a job key to the keys it depends on (its *upstreams*). An edge
 ``a → b`` means "b depends on a": b is released only when every upstream succeeded in the
@@ -18,9 +19,10 @@ Guarantees:
 - Iterative: no recursion anywhere, so a 10,000-node chain is as safe as a flat DAG.
 - Complexity (V nodes, E edges): validation is O((V + E) log V) (the heap of ready keys);
   :func:`children`, :func:`descendants`, :func:`to_skip` and :func:`run_outcome` are
-  O(V + E). :func:`ready_to_release` is O(V + E) to build the child map, or
-  O(children · their upstreams) when the caller passes a precomputed ``child_map`` (the
-  resolver should compute :func:`children` once per DAG and reuse it).
+  O(V + E), :func:`repair_plan` O(V log V + E). :func:`ready_to_release` is O(V + E) to
+  build the child map, or O(children · their upstreams) when the caller passes a
+  precomputed ``child_map`` (the resolver should compute :func:`children` once per DAG and
+  reuse it).
 
 Every function except the validators assumes its input already passed validation.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections.abc import Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from duetime.core.errors import DagCycleError, ValidationError
 from duetime.core.models import DagRunStatus, Status
@@ -266,14 +269,92 @@ def run_outcome(nodes: Nodes, statuses: Mapping[str, str]) -> DagRunStatus | Non
 
     None while some node is not terminal (``duetime.core.states.TERMINAL``; a node missing
     from ``statuses`` is pending; "failed" is not terminal: a retry may come); ``success``
-    when every node succeeded; ``failed`` when every node is terminal and at least one is
-    dead, skipped or cancelled.
+    when every node succeeded; ``cancelled`` when every node is terminal and at least one was
+    cancelled (its job was: the run cannot be repaired, so it must not read as merely
+    failed); ``failed`` when every node is terminal and at least one is dead, expired or
+    skipped.
     """
     all_succeeded = True
+    any_cancelled = False
     for key in nodes:
         status = statuses.get(key)
         if status is None or status not in TERMINAL:
             return None
         if status != Status.SUCCESS:
             all_succeeded = False
-    return DagRunStatus.SUCCESS if all_succeeded else DagRunStatus.FAILED
+            any_cancelled = any_cancelled or status == Status.CANCELLED
+    if all_succeeded:
+        return DagRunStatus.SUCCESS
+    return DagRunStatus.CANCELLED if any_cancelled else DagRunStatus.FAILED
+
+
+REPAIR_REASON = "repair"
+"""``reason`` of the resolver's release of a member in a repaired run: the scheduler releases
+a member whose entry for the run is dead or skipped only with it, so that a stale release
+from before the repair (a redelivery) cannot run a dead node again by itself."""
+
+REPAIRABLE: frozenset[Status] = frozenset({Status.DEAD, Status.EXPIRED})
+"""Node statuses a repair runs again: the node ran (or was due) and ended without success.
+``cancelled`` is not: a cancelled job runs no more, in any run."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPlan:
+    """What a repair of a DAG run changes: both lists sorted, disjoint."""
+
+    rerun: list[str]
+    """Dead (or expired) nodes whose upstreams all succeeded: released again now."""
+    reblock: list[str]
+    """Skipped descendants of ``rerun`` that nothing else still dooms: back to blocked, to be
+    released as their upstreams succeed."""
+
+    def __bool__(self) -> bool:
+        return bool(self.rerun)
+
+
+def repair_plan(
+    nodes: Nodes,
+    statuses: Mapping[str, str],
+    only: Container[str] | None = None,
+    *,
+    child_map: Mapping[str, Sequence[str]] | None = None,
+) -> RepairPlan:
+    """Which nodes a repair of a run re-runs and which it puts back to blocked. O(V + E).
+
+    ``only``: repair only these nodes (a replay of one member's dead letter); None: every
+    repairable node. A node is re-run when its status is in :data:`REPAIRABLE` and all its
+    upstreams succeeded (a dead node always ran, so they did; anything else is left alone).
+    A skipped node goes back to blocked when it descends from a re-run node and from no node
+    that stays dead, expired or cancelled (those would skip it again at once). An empty plan
+    (falsy) changes nothing: a run already being repaired has no dead node left to re-run.
+    """
+    kids = children(nodes) if child_map is None else child_map
+    rerun: list[str] = []
+    doomed: list[str] = []  # nodes that stay ended without success: they keep skipping
+    for key in sorted(nodes):
+        status = statuses.get(key)
+        wanted = status in REPAIRABLE and (only is None or key in only)
+        if wanted and all(statuses.get(dep) == Status.SUCCESS for dep in nodes[key]):
+            rerun.append(key)
+            continue
+        if status in REPAIRABLE or status == Status.CANCELLED:
+            doomed.append(key)
+    still_skipped = _reach(doomed, kids)
+    reopened = _reach(rerun, kids)
+    reblock = sorted(
+        key for key in reopened if statuses.get(key) == Status.SKIPPED and key not in still_skipped
+    )
+    return RepairPlan(rerun=rerun, reblock=reblock)
+
+
+def _reach(sources: Iterable[str], kids: Mapping[str, Sequence[str]]) -> set[str]:
+    """Every key reachable from any of ``sources`` along the edges, sources excluded unless
+    reachable from another: one walk for all of them, O(V + E)."""
+    found: set[str] = set()
+    stack = [child for key in sources for child in kids.get(key, ())]
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(kids.get(node, ()))
+    return found

@@ -104,9 +104,13 @@ class DagRunEventKind(StrEnum):
     STARTED = "started"
     NODE_STATUS = "node_status"
     COMPLETED = "completed"
+    RETRY = "retry"  # a request to repair a run (to the resolver)
+    REOPENED = "reopened"  # the resolver put a finished run back to running
+    NODE_CANCELLED = "node_cancelled"  # a member job was cancelled (from its scheduler)
 
 
 class DagRunStatus(StrEnum):
     RUNNING = "running"
     SUCCESS = "success"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # a member job was cancelled before the run ended

@@ -288,6 +288,7 @@ class DagRunEvent(AvroRecord):
     node_statuses: dict[str, Status] = field(default_factory=dict)
     nodes: list[DagNode] = field(default_factory=list)
     trigger_job_id: str | None = None
+    request_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

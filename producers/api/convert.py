@@ -154,6 +154,7 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "payload": payload,
         "retry": row.retry,
         "timeout_s": row.timeout_s,
+        "start_within_s": row.start_within_s,
         "misfire": row.misfire,
         "overlap": row.overlap,
         "labels": row.labels,
@@ -187,6 +188,7 @@ def job_spec(row: JobRow) -> dict[str, Any]:
         "dag_id": _s(row.dag_id),
         "dag_key": row.dag_key,
         "depends_on": list(row.depends_on or []),
+        "start_within_s": row.start_within_s,
     }
 
 
@@ -197,7 +199,6 @@ def definition_spec(definition: JobDefinition) -> dict[str, Any]:
 
 def dead_letter_out(row: DeadLetterRow) -> dict[str, Any]:
     return {
-        "start_within_s": row.start_within_s,
         "execution_id": str(row.execution_id),
         "job_id": str(row.job_id),
         "name": row.name,
@@ -207,4 +208,3 @@ def dead_letter_out(row: DeadLetterRow) -> dict[str, Any]:
         "dag_run_id": row.dag_run_id,
         "replayed_at": row.replayed_at,
     }
-        "start_within_s": row.start_within_s,

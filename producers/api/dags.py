@@ -1,4 +1,4 @@
-"""Routes of DAGs: create (validated, a cycle → 422 naming it), read, runs, trigger."""
+"""Routes of DAGs: create (validated, a cycle → 422 naming it), read, runs, trigger, retry a run."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from pydantic import BaseModel, Field
 
-from duetime.core.errors import Conflict, NotFound, ValidationError
-from duetime.core.models import ControlKind
+from duetime.core.dag import repair_plan
+from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
+from duetime.core.models import ControlKind, DagRunStatus
 from duetime.core.records import DagDefinition, JobDefinition
 from duetime.producers.sdk import dag_trigger_job_id
 
@@ -246,3 +250,101 @@ async def trigger_dag(dag_id: str, res: Res) -> dict[str, Any]:
         )
     )
     return {"dag_id": dag_id, "dag_run_id": dag_run_id}
+
+
+# --- repair a run ----------------------------------------------------------------------------
+
+
+class DagRetryOut(BaseModel):
+    dag_id: str
+    dag_run_id: str
+    rerun: list[str] = Field(description="the dead nodes that run again (keys)")
+    reblock: list[str] = Field(
+        description="their skipped descendants, back to blocked: they run as their upstreams "
+        "succeed"
+    )
+    already_requested: bool = Field(
+        description="true: the run is being repaired already (an earlier retry or a replay of "
+        "its dead letter); nothing new was asked"
+    )
+
+
+_NOT_REPAIRABLE = {
+    DagRunStatus.SUCCESS.value: "it succeeded",
+    # a cancelled member runs no more, in any run: re-running the others could not make the
+    # run succeed (cancel is final; create the job anew and trigger a new run instead)
+    DagRunStatus.CANCELLED.value: "a member job was cancelled",
+}
+
+
+@router.post(
+    "/dags/{dag_id}/runs/{dag_run_id}/retry",
+    status_code=202,
+    response_model=DagRetryOut,
+    responses=errors(401, 404, 409, 503),
+    summary="repair a failed run: re-run its dead nodes and carry on downstream",
+)
+async def retry_run(dag_id: str, dag_run_id: str, res: Res) -> dict[str, Any]:
+    """Ask the DAG resolver to repair the run (a ``retry`` DagRunEvent): the run goes back to
+    ``running`` and ends ``success`` when every node has. 409 for a run that succeeded, was
+    cancelled, or is running with nothing dead; 202 with ``already_requested`` for a run
+    being repaired already (its dead letters are marked replayed by the first request)."""
+    dag_id = parse_id(dag_id, "dag")
+    dag_run_id = parse_id(dag_run_id, "DAG run")
+    dag = await _dag(res, dag_id)
+    async with res.pool.connection() as conn:
+        run = await _run(conn, dag_id, dag_run_id)
+        dead_letters = await _dead_letters_of(conn, dag_run_id)
+    reason = _NOT_REPAIRABLE.get(run.status)
+    statuses = dict(run.node_statuses or {})
+    plan = repair_plan({n.key: n.depends_on for n in dag.nodes}, statuses)
+    claimed_before = any(replayed for _, replayed in dead_letters)
+    if reason is None and not plan and not claimed_before:
+        reason = "it is still running and no node of it is dead"
+    if reason is not None:
+        raise IllegalTransition(
+            f"cannot retry DAG run {dag_run_id}: {reason}",
+            details={"dag_id": dag_id, "dag_run_id": dag_run_id, "status": run.status},
+        )
+    out = {"dag_id": dag_id, "dag_run_id": dag_run_id, "rerun": plan.rerun}
+    out["reblock"] = plan.reblock
+    if not plan:
+        return {**out, "already_requested": True}  # a repair is under way
+    async with res.pool.connection() as conn, conn.transaction():
+        # the run's dead letters count as replayed: a replay of one of them later must not
+        # run the node a second time, outside the run (the claim commits only once Kafka
+        # acknowledged the request: an error rolls it back)
+        ids = [execution_id for execution_id, _ in dead_letters]
+        claimed = await store.claim_replays(conn, ids, res.now()) if ids else []
+        if ids and not claimed:
+            return {**out, "already_requested": True}
+        await res.writer.publish(
+            lambda done: res.client.retry_dag_run(dag_id, dag_run_id, wait=False, on_delivery=done)
+        )
+    return {**out, "already_requested": False}
+
+
+async def _run(conn: AsyncConnection[Any], dag_id: str, dag_run_id: str) -> DagRunRow:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(
+            "SELECT * FROM dag_runs WHERE dag_run_id = %s AND dag_id = %s", (dag_run_id, dag_id)
+        )
+        row = await cur.fetchone()
+    if row is None:
+        raise NotFound(
+            f"no run {dag_run_id} of DAG {dag_id}",
+            details={"dag_id": dag_id, "dag_run_id": dag_run_id},
+        )
+    return DagRunRow.from_row(row)
+
+
+async def _dead_letters_of(conn: AsyncConnection[Any], dag_run_id: str) -> list[tuple[str, bool]]:
+    """(execution_id, replayed already) of the run's dead letters (of dead nodes: an expired
+    node has none)."""
+    cur = await conn.execute(
+        "SELECT d.execution_id::text, (r.execution_id IS NOT NULL OR d.replayed_at IS NOT NULL) "
+        "FROM dead_letters d LEFT JOIN dlq_replays r USING (execution_id) "
+        "WHERE d.dag_run_id = %s",
+        (dag_run_id,),
+    )
+    return [(str(execution_id), bool(replayed)) for execution_id, replayed in await cur.fetchall()]

@@ -93,6 +93,8 @@ async def _replay(res: Resources, rows: list[DeadLetterRow]) -> dict[str, Any]:
                     ControlKind.REPLAY,
                     wait=False,
                     execution_id=str(r.execution_id),
+                    # a DAG member's replay repairs its run (the scheduler asks the resolver)
+                    dag_run_id=r.dag_run_id,
                     on_delivery=done,
                     requested_by="api",
                 )

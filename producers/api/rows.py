@@ -93,11 +93,11 @@ class JobRow(_Row):
     updated_at: datetime
     revision: int = 0
     deleted: bool = False
+    start_within_s: float | None = None
     last_execution: Any = None
     """The job's latest execution as JSON (``to_jsonb``), when the query joined it."""
 
     def __post_init__(self) -> None:
-    start_within_s: float | None = None
         object.__setattr__(self, "status", Status(self.status))
 
 

@@ -234,7 +234,8 @@ def test_run_outcome() -> None:
     dead = {"A": "success", "B": "dead", "C": "success", "D": "skipped"}
     assert run_outcome(DIAMOND, dead) == "failed"
     assert run_outcome(DIAMOND, {**dead, "B": "failed"}) is None  # a retry is coming
-    assert run_outcome(DIAMOND, {**dead, "B": "cancelled"}) == "failed"
+    # a cancelled member makes the run cancelled (it cannot be repaired), not merely failed
+    assert run_outcome(DIAMOND, {**dead, "B": "cancelled"}) == "cancelled"
 
 
 @settings(max_examples=50)

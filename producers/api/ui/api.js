@@ -69,6 +69,8 @@ export const api = {
   dag: (dagId) => request("GET", `/v1/dags/${id(dagId)}`),
   dagRuns: (dagId, query) => request("GET", `/v1/dags/${id(dagId)}/runs`, { query }),
   triggerDag: (dagId) => request("POST", `/v1/dags/${id(dagId)}/trigger`),
+  retryDagRun: (dagId, runId) => request("POST",
+    `/v1/dags/${id(dagId)}/runs/${id(runId)}/retry`),
   dlq: (query) => request("GET", "/v1/dlq", { query }),
   replayOne: (executionId) => request("POST", `/v1/dlq/${id(executionId)}/replay`),
   replayMany: (filter) => request("POST", "/v1/dlq/replay", { body: filter }),

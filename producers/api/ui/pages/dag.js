@@ -1,12 +1,14 @@
 // One DAG: its graph, drawn with every node coloured by its status in the chosen run (the
-// latest by default), the list of runs, and a button to start a run now.
+// latest by default), the list of runs, a button to start a run now, and one to repair the
+// chosen run when it failed (its dead jobs run again, the skipped ones after them).
 
 import { ApiError, api } from "../api.js";
 import { clear, fmtAgo, fmtMs, durationMs, fmtTime, h, schedule, statusBadge, toast } from "../dom.js";
 import { dagGraph } from "../graph.js";
 import { link } from "../nav.js";
 
-const LEGEND = ["blocked", "pending", "queued", "running", "success", "failed", "dead", "skipped"];
+const LEGEND = ["blocked", "pending", "queued", "running", "success", "failed", "dead", "skipped",
+  "cancelled"];
 
 export async function dagPage(page) {
   const [dagId] = page.params;
@@ -39,16 +41,30 @@ export async function dagPage(page) {
       h("span", { class: "spacer" }),
       h("button", { type: "button", class: "primary", "data-action": "trigger-dag",
         onclick: trigger }, "Trigger run"));
-    drawGraph(graph, dag, run);
+    drawGraph(graph, dag, run, retry);
     drawRuns(runs, dag, r.items, run);
   });
 }
 
-function drawGraph(card, dag, run) {
+// Repair a failed run; the answer says which jobs run again (or the 409 why not, as a toast)
+async function retry(dagId, runId) {
+  try {
+    const answer = await api.retryDagRun(dagId, runId);
+    toast(answer.already_requested ? `run ${runId} is being repaired already`
+      : `retrying ${answer.rerun.join(", ")} of run ${runId}`, "ok");
+  } catch (exc) {
+    toast(exc instanceof ApiError ? exc.message : String(exc), "error");
+  }
+}
+
+function drawGraph(card, dag, run, onRetry) {
   const statuses = run ? run.node_statuses : Object.fromEntries(dag.nodes.map((n) => [n.key, "none"]));
   const jobOf = Object.fromEntries(dag.nodes.map((n) => [n.key, n.job_id]));
   clear(card, 
-    h("h2", {}, run ? ["Run ", h("code", {}, run.dag_run_id), " ", statusBadge(run.status)]
+    h("h2", {}, run ? ["Run ", h("code", {}, run.dag_run_id), " ", statusBadge(run.status),
+      run.status === "failed" ? [" ", h("button", { type: "button", "data-action": "retry-run",
+        title: "run its dead jobs again, then the skipped ones after them",
+        onclick: () => onRetry(dag.dag_id, run.dag_run_id) }, "Retry failed jobs")] : []]
       : "Graph (no run yet)"),
     h("div", { class: "graph-scroll", "data-testid": "dag-graph",
       "data-run-id": run ? run.dag_run_id : "" },
