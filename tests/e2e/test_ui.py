@@ -30,6 +30,7 @@ from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from duetime.core.config import CommonSettings
 from duetime.infra.process import free_port
+from tests.e2e import output_tasks
 from tests.e2e.procs import Role, role_env
 from tests.helpers import wait_for
 from tests.integration.test_worker_support import Sink
@@ -37,6 +38,7 @@ from tests.integration.test_worker_support import Sink
 TOKEN = "ui-test-token-0123456789abcdef"
 XSS_NAME = "<script>alert(1)</script>"
 TASKS = "tests.e2e.test_dag_tasks"
+OUTPUT_TASKS = "tests.e2e.output_tasks"
 SCREENSHOTS = os.environ.get("DUETIME_UI_SCREENSHOTS")
 WAIT_MS = 60_000  # a deadline for what the stack must do (the machine may be busy)
 
@@ -297,6 +299,9 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
     )
     expect(page.locator("table[data-testid=dlq-table] .badge.st-replayed")).to_have_count(3)
 
+    # -- an execution's output and traceback: over REST and in its own view ------------------
+    check_output_and_traceback(stack, page)
+
     # -- overview: charts drawn from the stats endpoints --------------------------------------
     page.click("nav a[data-nav=overview]")
     expect(page.locator("figure.chart-card")).to_have_count(4)
@@ -398,3 +403,47 @@ def seed_busy_workload(stack: Stack) -> str:
     # the charts have a few 15 s buckets of finished executions behind them
     wait_for(lambda: buckets_with_work() >= 5, 180, "five 15 s buckets of executions", 1)
     return str(invoices["job_id"])
+
+
+def check_output_and_traceback(stack: Stack, page: Page) -> None:
+    """Issue 14.5: a Python task that raises and one that returns, both visible through
+    ``GET /v1/executions/{id}`` and on the dashboard's execution view, as text, redacted."""
+    api = stack.api
+    jobs = {
+        kind: create_job(
+            api,
+            name=f"ui-{kind}",
+            schedule={"at": soon()},
+            target={"type": "python", "ref": f"{OUTPUT_TASKS}:{kind}"},
+            retry={"max_retries": 0},
+        )["job_id"]
+        for kind in ("raises", "returns")
+    }
+
+    def finished(job_id: str, status: str) -> dict[str, Any]:
+        items = api.get(f"/v1/jobs/{job_id}/executions").json()["items"]
+        return dict(items[0]) if items and items[0]["status"] == status else {}
+
+    dead = wait_for(lambda: finished(jobs["raises"], "dead"), 60, "the raising task to die")
+    done = wait_for(lambda: finished(jobs["returns"], "success"), 60, "the task to return")
+    failed = api.get(f"/v1/executions/{dead['execution_id']}").json()
+    trace = failed["traceback"]
+    assert "in raises" in trace and "in _innermost" in trace, trace
+    assert trace.endswith(
+        "ValueError: <img src=x onerror=alert(3)> cannot reach https://***@api.example.com/report"
+    ), trace
+    assert output_tasks.SECRET not in str(failed)
+    returned = api.get(f"/v1/executions/{done['execution_id']}").json()
+    assert returned["output"] == {"html": "<b>bold</b>", "attempt": 1}
+    assert returned["traceback"] is None
+
+    page.goto(f"{stack.url}/ui/#/jobs/{jobs['raises']}")
+    page.locator("a.execution-link").first.click()
+    shown = page.locator("[data-testid=execution-traceback] pre.traceback")
+    expect(shown).to_contain_text("in _innermost")
+    expect(shown).to_contain_text("<img src=x onerror=alert(3)>")
+    expect(shown).not_to_contain_text(output_tasks.SECRET)
+    page.goto(f"{stack.url}/ui/#/executions/{done['execution_id']}")
+    expect(page.locator("[data-testid=execution-output] pre.json")).to_contain_text("<b>bold</b>")
+    expect(page.locator("[data-testid=execution-traceback]")).to_contain_text("none")
+    assert page.locator("main img, main b").count() == 0

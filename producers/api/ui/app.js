@@ -7,6 +7,7 @@ import { parseHash } from "./nav.js";
 import { dagPage } from "./pages/dag.js";
 import { dagsPage } from "./pages/dags.js";
 import { dlqPage } from "./pages/dlq.js";
+import { executionPage } from "./pages/execution.js";
 import { jobPage } from "./pages/job.js";
 import { jobsPage } from "./pages/jobs.js";
 import { overviewPage } from "./pages/overview.js";
@@ -15,6 +16,7 @@ const ROUTES = [
   [/^\/$/, "overview", overviewPage],
   [/^\/jobs$/, "jobs", jobsPage],
   [/^\/jobs\/([^/]+)$/, "jobs", jobPage],
+  [/^\/executions\/([^/]+)$/, "jobs", executionPage],
   [/^\/dags$/, "dags", dagsPage],
   [/^\/dags\/([^/]+)$/, "dags", dagPage],
   [/^\/dlq$/, "dlq", dlqPage],

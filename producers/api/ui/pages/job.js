@@ -155,7 +155,9 @@ const opened = new Set();
 function drawExecutions(card, page, more) {
   const rows = page.items.flatMap((e) => {
     const main = h("tr", { "data-execution-id": e.execution_id, "data-status": e.status },
-      h("td", {}, fmtTime(e.scheduled_at)),
+      h("td", {}, h("a", { href: `#/executions/${encodeURIComponent(e.execution_id)}`,
+        class: "execution-link", title: "output, traceback and attempts" },
+      fmtTime(e.scheduled_at))),
       h("td", {}, statusBadge(e.status)),
       h("td", {}, String(e.attempt)),
       h("td", {}, e.trigger || "—"),
