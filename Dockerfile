@@ -2,6 +2,6 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY . /app
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[server]"
 ENTRYPOINT []
 CMD ["duetime", "--help"]

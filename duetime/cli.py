@@ -34,6 +34,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+SERVER_MODULES = frozenset(
+    {
+        "aiohttp", "croniter", "fastapi", "faust", "httptools", "mode", "prometheus_client",
+        "psycopg_pool", "starlette", "uvicorn", "uvloop",
+    }
+)  # fmt: skip
+"""Top-level modules of the ``server`` extra: `pip install duetime` (the SDK and the CLI
+client) does not bring them."""
+
+
 def _entry(command: str) -> Callable[[argparse.Namespace], int]:
     module = importlib.import_module(COMMANDS[command][0])
     func: Callable[[argparse.Namespace], int] = getattr(module, f"run_{command.replace('-', '_')}")
@@ -61,6 +71,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _entry(args.command)(args)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in SERVER_MODULES:
+            raise
+        print(
+            f"duetime {args.command}: this command runs a server role, and its dependencies "
+            f"are not installed (no module {exc.name!r}): pip install 'duetime[server]'",
+            file=sys.stderr,
+        )
+        return 2
     except DuetimeError as exc:
         print(f"duetime {args.command}: {exc.message}", file=sys.stderr)
         return 2
