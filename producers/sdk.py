@@ -360,8 +360,14 @@ class JobClient:
     def trigger(self, job_id: str, *, wait: bool = True) -> str:
         return self.command(job_id, "trigger", wait=wait)
 
-    def replay(self, job_id: str, execution_id: str, *, wait: bool = True) -> str:
-        return self.command(job_id, "replay", execution_id=execution_id, wait=wait)
+    def replay(
+        self, job_id: str, execution_id: str, *, wait: bool = True, dag_run_id: str | None = None
+    ) -> str:
+        """Run a dead execution again. ``dag_run_id`` (the dead letter's): a DAG member's
+        replay repairs its run (its skipped descendants run too) instead of running alone."""
+        return self.command(
+            job_id, "replay", execution_id=execution_id, wait=wait, dag_run_id=dag_run_id
+        )
 
     def command(
         self,

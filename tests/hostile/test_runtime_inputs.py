@@ -412,6 +412,79 @@ def test_newline_in_name_does_not_forge_log_lines(stack: HostileStack, sep: str)
     assert stack.wait_finished_execution(body["job_id"])["status"] == "dead"
 
 
+# --- issue 14 item 6: a failed DAG run repaired (the e2e test of the feature, on this stack) ---
+
+
+def test_a_failed_dag_run_is_repaired_to_success(
+    stack: HostileStack, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """a → b → c where a fails for good until a flag file exists: the run fails and skips b
+    and c; once fixed, POST .../retry re-runs a, then b and c, and the run ends success with
+    each node run exactly once more. A second retry asks nothing new; a third is a 409."""
+    flag = tmp_path_factory.mktemp("dag-repair") / "a-is-fixed"
+    tasks = "tests.hostile.repair_tasks"
+
+    def member(key: str, task: str, *depends_on: str) -> dict[str, Any]:
+        return {
+            "key": key,
+            "name": f"repair-{key}",
+            "target": {"type": "python", "ref": f"{tasks}:{task}"},
+            "payload": {"flag": str(flag)},
+            "retry": {"max_retries": 0},
+            "depends_on": list(depends_on),
+        }
+
+    jobs = [member("a", "fail_until_flag"), member("b", "ok", "a"), member("c", "ok", "b")]
+    created = stack.api.post("/v1/dags", json={"name": "repair-e2e", "jobs": jobs})
+    assert created.status_code == 201, created.text
+    dag_id, job_ids = created.json()["dag_id"], created.json()["job_ids"]
+    wait_for(lambda: stack.api.get(f"/v1/dags/{dag_id}").status_code == 200, 30, "the DAG row")
+    triggered = stack.api.post(f"/v1/dags/{dag_id}/trigger")
+    assert triggered.status_code == 202, triggered.text
+    run_id = triggered.json()["dag_run_id"]
+
+    def run(*statuses: str) -> dict[str, Any]:
+        """The run once its status is one of ``statuses``; empty (falsy) until then."""
+        stack.assert_up()
+        for item in stack.get_json(f"/v1/dags/{dag_id}/runs")["items"]:
+            if item["dag_run_id"] == run_id and item["status"] in statuses:
+                return dict(item)
+        return {}
+
+    failed = wait_for(lambda: run("failed"), 60, "the run to fail", 0.2)
+    assert failed["node_statuses"] == {"a": "dead", "b": "skipped", "c": "skipped"}
+    wait_for(lambda: stack.get_json("/v1/dlq", job_id=job_ids["a"])["items"], 30, "a's letter")
+    unknown = stack.api.post(f"/v1/dags/{dag_id}/runs/{uuid.uuid4()}/retry")
+    assert unknown.status_code == 404, unknown.text
+
+    flag.touch()  # the operator fixes what a needs
+    answer = stack.api.post(f"/v1/dags/{dag_id}/runs/{run_id}/retry")
+    assert answer.status_code == 202, answer.text
+    assert answer.json() == {
+        "dag_id": dag_id,
+        "dag_run_id": run_id,
+        "rerun": ["a"],
+        "reblock": ["b", "c"],
+        "already_requested": False,
+    }
+    again = stack.api.post(f"/v1/dags/{dag_id}/runs/{run_id}/retry")  # a double click
+    assert again.status_code == 202, again.text
+    assert again.json()["already_requested"] is True
+
+    done = wait_for(lambda: run("success"), 60, "the repaired run to succeed", 0.2)
+    assert done["node_statuses"] == dict.fromkeys("abc", "success")
+    assert done["finished_at"] is not None
+    # each node ran exactly once more: a twice in all (dead, then success), b and c once
+    runs = {
+        key: sorted(e["status"] for e in stack.executions(job_id))
+        for key, job_id in job_ids.items()
+    }
+    assert runs == {"a": ["dead", "success"], "b": ["success"], "c": ["success"]}
+    finished = stack.api.post(f"/v1/dags/{dag_id}/runs/{run_id}/retry")
+    assert finished.status_code == 409, finished.text
+    assert "succeeded" in finished.json()["error"]["message"]
+
+
 # --- the end ---------------------------------------------------------------------------------
 
 
