@@ -109,6 +109,8 @@ function drawDefinition(card, job) {
       field("retry", `${job.retry.max_retries} retries, ${job.retry.base_delay_s} s base, `
         + `${job.retry.max_delay_s} s cap${job.retry.jitter ? ", jitter" : ""}`),
       field("timeout", `${job.timeout_s} s`),
+      field("start within", job.start_within_s == null ? "no limit"
+        : `${job.start_within_s} s of its due time, else expired`),
       field("misfire / overlap", `${job.misfire} / ${job.overlap}`),
       Object.keys(job.labels || {}).length ? field("labels", jsonBlock(job.labels)) : null,
       dag ? field("DAG", dag) : null,

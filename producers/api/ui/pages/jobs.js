@@ -7,7 +7,7 @@ import { go, link } from "../nav.js";
 
 const PAGE_SIZE = 50;
 const STATUSES = ["pending", "queued", "running", "success", "failed", "dead", "blocked",
-  "skipped", "paused", "cancelled"];
+  "skipped", "paused", "cancelled", "expired"];
 const PRIORITIES = ["critical", "high", "normal", "low"];
 
 // cursors of the pages before this one, per filter: "newer" walks back through them

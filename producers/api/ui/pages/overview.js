@@ -13,7 +13,7 @@ const RANGES = {
   "24h": { window_s: 86400, bucket_s: 900, label: "24 h" },
 };
 const STATUSES = ["pending", "queued", "running", "success", "failed", "dead", "blocked",
-  "skipped", "paused", "cancelled"];
+  "skipped", "paused", "cancelled", "expired"];
 const PRIORITIES = ["critical", "high", "normal", "low"];
 const LAG_SAMPLES = 120;
 
