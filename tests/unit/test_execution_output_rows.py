@@ -21,29 +21,17 @@ from hypothesis import strategies as st
 
 from duetime.consumers.projector import rows
 from duetime.core.models import ErrorReason, Priority, ResultStatus, Trigger
-from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult, HttpTarget
+from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult
 from duetime.schedulers import logic
+from tests.unit.test_projector_rows import T0
+from tests.unit.test_projector_rows import request as projector_request
 from tests.unit.test_scheduler_logic import NOW, fired
 
-T0 = 1_700_000_000_000
 TRACE = 'Traceback (most recent call last):\n  File "t.py", line 1, in f\nValueError: no'
 
 
 def request(attempt: int) -> ExecutionRequest:
-    return ExecutionRequest(
-        execution_id="e1",
-        job_id="j1",
-        name="n",
-        attempt=attempt,
-        scheduled_at_ms=T0,
-        due_at_ms=T0 + attempt * 1000,
-        emitted_at_ms=T0 + attempt * 1000 + 7,
-        priority=Priority.NORMAL,
-        target=HttpTarget(url="http://x"),
-        payload_json="null",
-        timeout_s=1.0,
-        trigger=Trigger.SCHEDULE if attempt == 1 else Trigger.RETRY,
-    )
+    return projector_request(attempt, Trigger.SCHEDULE if attempt == 1 else Trigger.RETRY)
 
 
 def result(attempt: int, ok: bool, token: int = 1) -> ExecutionResult:
@@ -67,7 +55,7 @@ def result(attempt: int, ok: bool, token: int = 1) -> ExecutionResult:
             traceback=f"{TRACE} {attempt}",
         ),
         output_json=json.dumps({"attempt": attempt}) if ok else None,
-        priority=Priority.NORMAL,
+        priority=Priority.HIGH,  # as the requests' (test_projector_rows)
     )
 
 

@@ -8,6 +8,7 @@ import {
   clear, durationMs, errorText, fmtMs, fmtTime, h, jsonBlock, statusBadge,
 } from "../dom.js";
 import { redactText } from "../redact.js";
+import { attemptsTable } from "./job.js";
 
 const FINISHED = new Set(["success", "dead", "skipped", "cancelled", "expired"]);
 
@@ -84,18 +85,5 @@ function drawTraceback(card, e) {
 }
 
 function drawAttempts(card, e) {
-  clear(card,
-    h("h2", {}, "Attempts"),
-    h("table", { class: "attempts", "data-testid": "attempts-table" },
-      h("thead", {}, h("tr", {}, ["attempt", "status", "started", "finished", "took",
-        "worker", "error"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, (e.attempts || []).map((a) => h("tr", {},
-        h("td", {}, String(a.attempt)),
-        h("td", {}, statusBadge(a.status)),
-        h("td", {}, fmtTime(a.started_at)),
-        h("td", {}, fmtTime(a.finished_at)),
-        h("td", {}, fmtMs(durationMs(a.started_at, a.finished_at))),
-        h("td", {}, a.worker_id || "—"),
-        h("td", { class: "error" }, errorText(a.error)))))),
-  );
+  clear(card, h("h2", {}, "Attempts"), attemptsTable(e.attempts || []));
 }

@@ -137,7 +137,7 @@ function drawNextRuns(card, job, runs) {
   );
 }
 
-function attemptsTable(attempts) {
+export function attemptsTable(attempts) {
   return h("table", { class: "attempts" },
     h("thead", {}, h("tr", {}, ["attempt", "status", "started", "finished", "took", "worker",
       "error"].map((c) => h("th", {}, c)))),
