@@ -415,7 +415,10 @@ def _release(
 
 def _skip(state: SchedulerState, command: ControlCommand, _n: int, _p: Policy, _o: Outputs) -> bool:
     run_id = command.dag_run_id or ""
-    if state.dag_runs.get(run_id) in (Status.SKIPPED, Status.SUCCESS):
+    # only a member still waiting for its upstreams (or one whose entry was pruned) is
+    # skipped: a released one cannot descend from a dead node of this run, so a skip that
+    # finds it released (or ended) is stale, a resend from before a repair of the run
+    if state.dag_runs.get(run_id, Status.BLOCKED) is not Status.BLOCKED:
         return False
     state.dag_runs[run_id] = Status.SKIPPED
     _move(state, Event.SKIP)

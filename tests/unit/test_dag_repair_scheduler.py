@@ -155,3 +155,18 @@ def test_a_repaired_run_may_end_again_in_success_on_its_trigger() -> None:
     assert out.state_changed and state.dag_runs["r"] is Status.SUCCESS
     _, again = control(state, failed, NOW, POLICY)
     assert not again.state_changed  # a success is final
+
+
+def test_a_stale_skip_does_not_touch_a_member_released_by_a_repair() -> None:
+    """A resolver that restarts mid-repair resends the first run's skips before the repair's
+    releases: a skip that finds the member released again must change nothing, or the
+    repair's resent release would run it a second time."""
+    b = member_state("b")
+    b, _ = control(b, command(ControlKind.DAG_RUN_START, b.job_id, "r"), NOW, POLICY)
+    b, _ = control(b, command(ControlKind.SKIP, b.job_id, "r"), NOW, POLICY)
+    [request] = repair_release(b).executions
+    _, stale = control(b, command(ControlKind.SKIP, b.job_id, "r"), NOW + 20, POLICY)
+    assert not stale.state_changed
+    assert (b.dag_runs["r"], b.status) == (Status.QUEUED, Status.QUEUED)
+    assert repair_release(b).executions == []  # the resent release: still nothing new
+    assert request.dag_run_id == "r"
