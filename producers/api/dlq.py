@@ -224,6 +224,7 @@ _FINISHED: dict[str, str] = {
     Status.DEAD: "dead",
     Status.SKIPPED: "other",
     Status.CANCELLED: "other",
+    Status.EXPIRED: "other",  # a replay that could not start within the job's window
 }
 """How a replay execution that ended counts (its status: a job status string)."""
 
