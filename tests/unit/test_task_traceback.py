@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duetime.consumers.worker.results import (
     MAX_TRACEBACK_BYTES,
+    MAX_TRACEBACK_FRAMES,
     bound_traceback,
     contained,
     from_exception,
@@ -24,7 +25,7 @@ from duetime.consumers.worker.results import (
 )
 from duetime.core.errors import FailPermanently, RetryLater
 
-_OMITTED_RE = re.compile(r"^\.\.\. (\d+) frames omitted \(traceback over 8 KiB\) \.\.\.$")
+_OMITTED_RE = re.compile(r"^\.\.\. (\d+) outer frames omitted \(the innermost are kept\) \.\.\.$")
 
 
 def _ping(depth: int, message: str) -> NoReturn:
@@ -207,3 +208,23 @@ def test_steering_and_contained_exceptions() -> None:
         ended = contained(exc)
     assert ended.error is not None and ended.error.traceback is not None
     assert ended.error.traceback.endswith("SystemExit: 3")
+
+
+def test_frames_beyond_the_format_limit_are_counted_even_when_the_rest_is_short() -> None:
+    # 150 frames with no source line each (exec'd code): short, yet only 100 are formatted
+    namespace: dict[str, Any] = {}
+    exec(
+        "def f(n):\n    if n == 0:\n        raise ValueError('x')\n    g(n - 1)\n"
+        "def g(n):\n    f(n)\n",
+        namespace,
+    )
+    try:
+        namespace["f"](74)
+    except ValueError as exc:
+        shown = task_traceback(exc)
+        full = "".join(traceback.format_exception(exc))
+    assert shown is not None
+    omitted = _OMITTED_RE.match(shown.split("\n")[0])
+    assert omitted is not None, shown[:200]
+    assert int(omitted.group(1)) + _frames(shown) == _frames(full)
+    assert _frames(shown) == MAX_TRACEBACK_FRAMES
