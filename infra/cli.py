@@ -15,6 +15,15 @@ def add_infra_arguments(parser: argparse.ArgumentParser) -> None:
         help="install: fetch the broker jars and PostgreSQL; up: start both and prepare topics "
         "and tables; down: stop both; status: say what runs",
     )
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        help="up: 1 broker (default) or a 3-node KRaft cluster (replication factor 3, "
+        "min.insync.replicas 2) on the broker and controller ports plus 0, 2, 4; down and "
+        "status cover both",
+    )
 
 
 def run_infra(args: argparse.Namespace) -> int:
@@ -22,27 +31,29 @@ def run_infra(args: argparse.Namespace) -> int:
     from duetime.core.logs import setup_logging
 
     from .stack import LocalStack, StackSettings
+    from .topics import requested_replication
 
     env = Env()
     common = CommonSettings.from_env(env)
     setup_logging(common.log_format, common.log_level)
-    stack = LocalStack(StackSettings.from_env(env))
+    stack = LocalStack(StackSettings.from_env(env, brokers=args.brokers))
     if args.action == "install":
         stack.install()
     elif args.action == "up":
         stack.up()
         common = stack.settings_for(common, env)
-        stack.prepare(common)
+        stack.prepare(common, requested_replication(env, common))
         t = stack.timings_s
         print(f"kafka      {stack.bootstrap_servers}  (started in {t['kafka_start']:.1f} s)")
         print(f"postgresql {stack.database_url}  (started in {t['postgres_start']:.1f} s)")
     elif args.action == "down":
         stack.down()
     else:
-        for name, server, running in (
-            ("kafka", stack.bootstrap_servers, stack.kafka.is_running()),
+        rows = [
+            *stack.kafka_status(),
             ("postgresql", stack.database_url, stack.postgres.is_running()),
-        ):
+        ]
+        for name, server, running in rows:
             print(f"{name:10} {server}: {'running' if running else 'stopped'}")
     return 0
 
@@ -56,13 +67,15 @@ def run_topics(args: argparse.Namespace) -> int:
     from duetime.core.logs import setup_logging
     from duetime.core.topics import Topics
 
-    from .topics import create_topics
+    from .topics import create_topics, requested_replication
 
-    common = CommonSettings.from_env(Env())
+    env = Env()
+    common = CommonSettings.from_env(env)
     setup_logging(common.log_format, common.log_level)
     specs = Topics(common.topic_prefix).specs(common.partitions)
     if args.action == "create":
-        created = create_topics(common, specs, common.replication_factor)
+        # unset DUETIME_REPLICATION_FACTOR: min(3, brokers), so 3 on a 3-broker cluster
+        created = create_topics(common, specs, requested_replication(env, common))
         print(f"{len(created)} topics created, {len(specs) - len(created)} already there")
     for spec in specs:
         print(f"{spec.name:32} partitions={spec.partitions} {spec.config.get('cleanup.policy')}")

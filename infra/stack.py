@@ -4,6 +4,12 @@
 starts both on 127.0.0.1, creates the database, the topics and the tables, and reports how
 long each part took. ``down()`` stops both. Data lives under ``DUETIME_HOME`` (default
 ``.duetime`` in the working directory), so a rerun reuses it and a killed run is recovered.
+
+``brokers=3`` (``infra up --brokers 3``) runs a three-node KRaft
+cluster instead of the single broker (``infra/local_cluster.py``), in ``home/kafka-cluster``:
+node i (from 0) on the broker and controller ports plus 2*i, so node 1 has the single
+broker's ports and the same bootstrap address works for both layouts. ``down`` and
+``status`` cover both layouts whatever ``brokers`` says (what is running is what counts).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 
 from duetime.core.config import CommonSettings, Env
 
+from .local_cluster import CLUSTER_HEAP_MB, LocalCluster, cluster_ports
 from .local_kafka import LocalKafka
 from .local_postgres import LocalPostgres
 from .process import pid_alive
@@ -31,10 +38,15 @@ class StackSettings:
     pg_port: int = 55432
     kafka_heap_mb: int = 512
     database: str = "duetime"
+    brokers: int = 1
+    """1: the single broker; 3: a three-node cluster (replication factor 3, min ISR 2)."""
+    cluster_heap_mb: int = CLUSTER_HEAP_MB
+    """Each cluster node's heap (three JVMs: the single broker's 512 MB would be too much)."""
 
     @classmethod
-    def from_env(cls, env: Env, home: Path | None = None) -> StackSettings:
+    def from_env(cls, env: Env, home: Path | None = None, brokers: int = 1) -> StackSettings:
         return cls(
+            brokers=brokers,
             home=(home or Path(env.text("DUETIME_HOME", str(cls.home)))).resolve(),
             kafka_port=env.integer("DUETIME_KAFKA_PORT", cls.kafka_port, 1, 65535),
             controller_port=env.integer(
@@ -42,6 +54,7 @@ class StackSettings:
             ),
             pg_port=env.integer("DUETIME_PG_PORT", cls.pg_port, 1, 65535),
             kafka_heap_mb=env.integer("DUETIME_KAFKA_HEAP_MB", cls.kafka_heap_mb, 128, 16384),
+            cluster_heap_mb=env.integer("DUETIME_KAFKA_HEAP_MB", cls.cluster_heap_mb, 128, 16384),
         )
 
 
@@ -58,12 +71,31 @@ class LocalStack:
         )
 
     @property
+    def cluster(self) -> LocalCluster:
+        s = self.settings
+        # always three nodes: down and status look at the cluster whatever brokers says
+        ports = cluster_ports(3, s.kafka_port, s.controller_port)
+        return LocalCluster(self.cluster_home, ports, heap_mb=s.cluster_heap_mb)
+
+    @property
+    def cluster_home(self) -> Path:
+        return self.settings.home / "kafka-cluster"
+
+    @property
     def postgres(self) -> LocalPostgres:
         return LocalPostgres(self.settings.home, port=self.settings.pg_port)
 
     @property
     def bootstrap_servers(self) -> str:
-        return self.kafka.bootstrap
+        return self.cluster.bootstrap if self.settings.brokers > 1 else self.kafka.bootstrap
+
+    def kafka_status(self) -> list[tuple[str, str, bool]]:
+        """(name, address, running) of the single broker and, when it exists or is asked for,
+        of each cluster node."""
+        rows = [("kafka", self.kafka.bootstrap, self.kafka.is_running())]
+        if self.settings.brokers > 1 or self.cluster_home.exists():
+            rows += [(f"kafka-{n.node_id}", n.bootstrap, up) for n, up in self.cluster.status()]
+        return rows
 
     @property
     def database_url(self) -> str:
@@ -80,7 +112,7 @@ class LocalStack:
     def install(self) -> None:
         """Fetch the broker jars and make sure PostgreSQL's server binaries exist."""
         started = time.monotonic()
-        self.kafka.ensure_jars()
+        self.kafka.ensure_jars()  # the cluster's nodes share the same jar cache
         self.timings_s["kafka_jars"] = time.monotonic() - started
         started = time.monotonic()
         self.postgres.ensure_installed()
@@ -89,13 +121,15 @@ class LocalStack:
     def up(self) -> None:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         self.install()
-        self.timings_s["kafka_start"] = self.kafka.start()
+        kafka = self.cluster if self.settings.brokers > 1 else self.kafka
+        self.timings_s["kafka_start"] = kafka.start()
         pg = self.postgres
         self.timings_s["postgres_start"] = pg.start()
         pg.create_database(self.settings.database)
 
-    def prepare(self, common: CommonSettings) -> None:
-        """Topics and tables for ``common`` (its prefix and its database)."""
+    def prepare(self, common: CommonSettings, replication_factor: int | None = None) -> None:
+        """Topics and tables for ``common`` (its prefix and its database); the topics'
+        replication factor is ``replication_factor``, or min(3, brokers) when None."""
         from duetime.core.topics import Topics
 
         from .migrate import migrate
@@ -105,13 +139,16 @@ class LocalStack:
         create_topics(
             common.bootstrap_servers,
             Topics(common.topic_prefix).specs(common.partitions),
-            common.replication_factor,
+            replication_factor,
         )
         migrate(common.database_url)
         self.timings_s["topics_and_migrations"] = time.monotonic() - started
 
     def down(self) -> None:
         self.kafka.stop()
+        # only a stack that ever ran a cluster has one to stop (and ports that fit one)
+        if self.cluster_home.exists():
+            self.cluster.stop()
         self.postgres.stop()
 
     # --- sharing one stack between processes (parallel test sessions) ----------------------
