@@ -966,9 +966,11 @@ def _replay_in_run(
     current = state.dag_runs.get(run_id)
     definition = state.definition
     if current in (Status.DEAD, Status.EXPIRED) and definition.dag_id and definition.dag_key:
-        # one repair per dead execution, however often its replay is sent
+        # one repair per dead execution, however often its replay is sent; the resolver hands
+        # it back as a plain replay if it no longer holds the run (hence the member's job id)
         request_id = f"replay/{command.execution_id or command.command_id}"
-        _member_event(state, run_id, DagRunEventKind.RETRY, now_ms, out, request_id=request_id)
+        kind = DagRunEventKind.RETRY
+        _member_event(state, run_id, kind, now_ms, out, request_id=request_id, with_node=True)
         return True
     if current is not None and current not in TERMINAL:
         return False  # the run is being repaired: this node runs again already
@@ -997,11 +999,16 @@ def _member_event(
     *,
     request_id: str | None = None,
     node_status: Status | None = None,
+    with_node: bool = False,
 ) -> None:
-    """A DagRunEvent about this member in one run, for the resolver (dag_runs topic)."""
+    """A DagRunEvent about this member in one run, for the resolver (dag_runs topic);
+    ``with_node``: the member itself (key, job id, upstreams) in ``nodes``."""
     definition = state.definition
     if not (definition.dag_id and definition.dag_key):
         return  # not a DAG member (cannot happen: only members have runs)
+    node = DagNode(
+        key=definition.dag_key, job_id=state.job_id, depends_on=list(definition.depends_on)
+    )
     out.dag_run_events.append(
         DagRunEvent(
             dag_id=definition.dag_id,
@@ -1011,6 +1018,7 @@ def _member_event(
             node_key=definition.dag_key,
             node_status=node_status,
             request_id=request_id,
+            nodes=[node] if with_node else [],
         )
     )
 

@@ -333,7 +333,9 @@ class Resolver:
                 )
             # a request without an id (not one of ours) is told apart by its time and node
             request_id = record.request_id or f"{record.at_ms}/{record.node_key or '*'}"
-            return progress.on_retry(state, shape, kids, request_id, record.node_key, now_ms)
+            return progress.on_retry(
+                state, shape, kids, request_id, record.node_key, now_ms, _replayed(record)
+            )
         if record.kind is DagRunEventKind.NODE_CANCELLED:
             if record.node_key is None:
                 raise ValueError("a node_cancelled DagRunEvent without its node_key")
@@ -397,6 +399,17 @@ def _run_of(record: Input) -> str | None:
     if isinstance(record, DagRunEvent):
         return record.dag_run_id if record.kind in _ROUTED_KINDS else None
     return record.dag_run_id
+
+
+def _replayed(record: DagRunEvent) -> progress.Replayed | None:
+    """The dead execution a member's replay names (its scheduler puts the member, with its
+    job id, in ``nodes`` and the execution in the request id), else None."""
+    request_id = record.request_id or ""
+    if not request_id.startswith(progress.REPLAY_PREFIX) or len(record.nodes) != 1:
+        return None
+    [node] = record.nodes
+    execution_id = request_id.removeprefix(progress.REPLAY_PREFIX)
+    return progress.Replayed(job_id=node.job_id, execution_id=execution_id)
 
 
 _ROUTED_KINDS = frozenset(

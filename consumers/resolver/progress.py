@@ -236,16 +236,21 @@ def on_retry(
     request_id: str,
     only: str | None,
     now_ms: int,
+    replayed: Replayed | None = None,
 ) -> Actions:
     """A request to repair the run: re-run its dead nodes (``only``: just that one), put their
     skipped descendants back to blocked, reopen the run if it had ended.
 
     ``shape`` is None for a run this resolver does not hold (never started, succeeded, or
-    swept after ``repair_retention_s``): nothing to do. A redelivered request (its id is
+    swept after ``repair_retention_s``): nothing to repair. A member's replay (``replayed``)
+    is then handed back to its scheduler as a plain replay, outside the run, as before runs
+    could be repaired: a replay is never swallowed. A redelivered request (its id is
     remembered) sends again the releases of the nodes still pending, and changes nothing.
     """
     out = Actions()
     if shape is None:
+        if replayed is not None:
+            out.commands.append(_plain_replay(progress, replayed, now_ms))
         return out
     if request_id in progress.repairs:
         for key in sorted(k for k, s in progress.statuses.items() if s == Status.PENDING):
@@ -282,6 +287,32 @@ def on_retry(
             ),
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """The dead execution whose replay asked for a repair (a member's scheduler sent it)."""
+
+    job_id: str
+    execution_id: str
+
+
+REPLAY_PREFIX = "replay/"
+"""The request id a member's scheduler gives the repair its replay asks for:
+``replay/<dead execution id>`` (one repair per dead execution)."""
+
+
+def _plain_replay(progress: Progress, replayed: Replayed, now_ms: int) -> ControlCommand:
+    job_id = replayed.job_id
+    return ControlCommand(
+        command_id=_command_id(progress.run_id, job_id, ControlKind.REPLAY),
+        job_id=job_id,
+        kind=ControlKind.REPLAY,
+        issued_at_ms=now_ms,
+        execution_id=replayed.execution_id,
+        reason="the run is no longer held by the resolver: replayed outside it",
+        requested_by="resolver",
+    )
 
 
 # --- what follows from a status ------------------------------------------------------------

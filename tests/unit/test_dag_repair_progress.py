@@ -97,6 +97,19 @@ def test_a_succeeded_run_and_an_unknown_run_are_left_alone() -> None:
     assert unknown.commands == [] and unknown.events == [] and not unknown.progress_changed
 
 
+def test_a_replay_for_a_run_no_longer_held_is_handed_back_as_a_plain_replay() -> None:
+    """A member's replay must never be swallowed: past the resolver's repair retention (or
+    for a run it never held) the member runs alone, as before runs could be repaired."""
+    replayed = p.Replayed(job_id="job-b", execution_id="dead-1")
+    out = p.on_retry(p.new_progress("r9", "dag", 0), None, {}, "replay/dead-1", "b", 5, replayed)
+    [command] = out.commands
+    assert (command.kind, command.job_id, command.execution_id) == ("replay", "job-b", "dead-1")
+    assert command.dag_run_id is None  # outside the run
+    assert out.events == []
+    again = p.on_retry(p.new_progress("r9", "dag", 0), None, {}, "replay/dead-1", "b", 6, replayed)
+    assert [c.command_id for c in again.commands] == [command.command_id]  # the same command
+
+
 def test_a_replay_repairs_only_its_node() -> None:
     run = Run(DIAMOND)
     run.node("a", Status.SUCCESS)

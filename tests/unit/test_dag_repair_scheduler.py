@@ -110,6 +110,8 @@ def test_a_replay_of_a_members_dead_letter_asks_for_a_repair_of_its_run() -> Non
     assert event.kind is DagRunEventKind.RETRY
     assert (event.dag_id, event.dag_run_id, event.node_key) == (DAG_ID, "r", "a")
     assert event.request_id == f"replay/{dead_id}"
+    [node] = event.nodes  # the member, so the resolver can replay it alone if it must
+    assert (node.key, node.job_id) == ("a", state.job_id)
     # once repaired (queued again), a replay of the same dead letter does nothing
     repair_release(state)
     _, again = control(state, replay, NOW + 20, POLICY)
