@@ -28,7 +28,13 @@ from duetime.core import kafka
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import CommonSettings, Env
 from duetime.core.dag import validate_dag_pairs
-from duetime.core.errors import Conflict, PayloadTooLarge, RetryableError, ValidationError
+from duetime.core.errors import (
+    Conflict,
+    NotFound,
+    PayloadTooLarge,
+    RetryableError,
+    ValidationError,
+)
 from duetime.core.jobspec import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_DEFINITION_BYTES,
@@ -103,6 +109,10 @@ def dag_trigger_job_id(dag_id: str) -> str:
     return str(uuid.uuid5(_DAG_NS, f"{dag_id}/trigger"))
 
 
+DEFAULT_TIMEOUT_S = 15.0
+"""How long the SDK waits for Kafka to acknowledge an event (``DUETIME_SDK_TIMEOUT_S``)."""
+
+
 class JobClient:
     def __init__(
         self,
@@ -113,8 +123,15 @@ class JobClient:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         clock: Clock = SYSTEM_CLOCK,
         check_existing: bool = False,
+        timeout_s: float | None = None,
     ) -> None:
-        """``check_existing``: ``create_job`` with a given ``job_id`` first reads the
+        """``timeout_s`` (default ``DUETIME_SDK_TIMEOUT_S``, 15 s): how long an event may wait
+        for Kafka's acknowledgement. With Kafka unreachable, a publish that waits raises
+        :class:`RetryableError` after it, naming the bootstrap servers; an event not
+        acknowledged by then is dropped from the client's queue, so it cannot arrive later
+        behind the caller's back (job ids make a retry safe).
+
+        ``check_existing``: ``create_job`` with a given ``job_id`` first reads the
         PostgreSQL projection (``database_url``), as REST does: an existing job with another
         body raises :class:`Conflict`, the same body publishes nothing. Off by default: over
         Kafka alone the SDK cannot see existing jobs (and a bulk load must not pay a query per
@@ -131,8 +148,17 @@ class JobClient:
         self.codec = Codec(registry_url=base.schema_registry_url)
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
-        # acks=all: a create that was acknowledged survives a broker restart
-        self._producer = kafka.producer(base, **{"acks": "all", "linger.ms": 1})
+        self.timeout_s = (
+            timeout_s
+            if timeout_s is not None
+            else Env().number("DUETIME_SDK_TIMEOUT_S", DEFAULT_TIMEOUT_S, lo=1.0, hi=3600.0)
+        )
+        # acks=all: a create that was acknowledged survives a broker restart;
+        # message.timeout.ms: an event Kafka did not take in time fails (see timeout_s)
+        self._producer = kafka.producer(
+            base,
+            **{"acks": "all", "linger.ms": 1, "message.timeout.ms": int(self.timeout_s * 1000)},
+        )
         self._errors: list[KafkaError] = []
 
     # --- jobs -----------------------------------------------------------------------------
@@ -348,17 +374,34 @@ class JobClient:
                 f"cannot reach PostgreSQL: {redact_text(str(exc))}"[:500]
             ) from None
 
+    # A command for a job id the scheduler has not seen is held until that job arrives (a
+    # command may overtake its job: they travel on two topics). Over Kafka alone the SDK
+    # cannot tell a job not created yet from a mistyped id; with ``check_existing`` it reads
+    # the projection first and raises NotFound, sending nothing, as REST answers 404.
+
     def cancel(self, job_id: str, *, wait: bool = True) -> str:
-        return self.command(job_id, "cancel", wait=wait)
+        return self.command(self._known(job_id), "cancel", wait=wait)
 
     def pause(self, job_id: str, *, wait: bool = True) -> str:
-        return self.command(job_id, "pause", wait=wait)
+        return self.command(self._known(job_id), "pause", wait=wait)
 
     def resume(self, job_id: str, *, wait: bool = True) -> str:
-        return self.command(job_id, "resume", wait=wait)
+        return self.command(self._known(job_id), "resume", wait=wait)
 
     def trigger(self, job_id: str, *, wait: bool = True) -> str:
-        return self.command(job_id, "trigger", wait=wait)
+        return self.command(self._known(job_id), "trigger", wait=wait)
+
+    def _known(self, job_id: str) -> str:
+        job_id = parse_uuid(job_id, "job_id")
+        if self.check_existing:
+            with self._projection() as conn:
+                row = conn.execute("SELECT 1 FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
+            if row is None:
+                raise NotFound(
+                    f"no job {job_id} (not created, or not projected yet): nothing was sent",
+                    details={"job_id": job_id},
+                )
+        return job_id
 
     def replay(
         self, job_id: str, execution_id: str, *, wait: bool = True, dag_run_id: str | None = None
@@ -646,14 +689,30 @@ class JobClient:
         """Serve delivery callbacks (for callers publishing with ``wait=False``)."""
         return int(self._producer.poll(timeout_s))
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until every event is acknowledged; raise if any was refused."""
-        remaining = self._producer.flush(timeout_s)
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every event is acknowledged (at most ``timeout_s``, default the client's
+        own plus a second for the expiry to be reported); raise if any was not."""
+        wait_s = self.timeout_s + 1.0 if timeout_s is None else timeout_s
+        remaining = self._producer.flush(wait_s)
         if remaining:
-            raise RetryableError(f"{remaining} job events not acknowledged after {timeout_s} s")
+            raise RetryableError(
+                f"{remaining} job events not acknowledged by Kafka at "
+                f"{self.settings.bootstrap_servers} within {wait_s:g} s: is it running and "
+                "reachable? (DUETIME_KAFKA_BOOTSTRAP)",
+                details={"variable": "DUETIME_KAFKA_BOOTSTRAP"},
+            )
         if self._errors:
             errors, self._errors = self._errors, []
-            raise RetryableError(f"{len(errors)} job events failed: {errors[0].str()}")
+            first = errors[0]
+            if first.code() == KafkaError._MSG_TIMED_OUT:
+                raise RetryableError(
+                    f"{len(errors)} job events not acknowledged by Kafka at "
+                    f"{self.settings.bootstrap_servers} within {self.timeout_s:g} s "
+                    "(DUETIME_SDK_TIMEOUT_S): is it running and reachable? "
+                    "(DUETIME_KAFKA_BOOTSTRAP)",
+                    details={"variable": "DUETIME_KAFKA_BOOTSTRAP"},
+                )
+            raise RetryableError(f"{len(errors)} job events failed: {first.str()}")
 
     def close(self) -> None:
         self.flush()

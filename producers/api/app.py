@@ -57,7 +57,11 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
         )
         await pool.open(wait=False)
         client = JobClient(
-            settings=settings.common, max_payload_bytes=settings.max_payload_bytes, clock=clock
+            settings=settings.common,
+            max_payload_bytes=settings.max_payload_bytes,
+            clock=clock,
+            # an event the request stopped waiting for (503) is dropped, not written later
+            timeout_s=settings.publish_timeout_s,
         )
         writer = Writer(client, settings.publish_timeout_s)
         # one admin client for the process: each one holds its own broker connections and

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from duetime.core.config import CommonSettings
-from duetime.core.errors import ValidationError
+from duetime.core.errors import NotFound, ValidationError
+from duetime.core.topics import Topics
 from duetime.producers.api.batch import MAX_BATCH
 from duetime.producers.sdk import JobClient
 from tests.helpers import wait_for
@@ -64,12 +65,15 @@ def test_a_batch_creates_every_job_once_and_they_run(
         wait_for(
             lambda: ids_delivered(stack) >= set(ids), 60, "every job of the batch to be delivered"
         )
-        records = topic_record_count(settings)
+        # the jobs ran: their results still change states; the jobs topic is what a create
+        # writes
+        jobs_topic = [Topics(settings.topic_prefix).jobs]
+        records = topic_record_count(settings, jobs_topic)
         again = batch(c, jobs)  # the same batch again: answered as it is, nothing published
         assert again.status_code == 200, again.text
         assert [i["created"] for i in again.json()["items"]] == [False] * len(jobs)
         settle()
-        assert topic_record_count(settings) == records
+        assert topic_record_count(settings, jobs_topic) == records
     with stack.lock:
         counts = [sum(1 for d in stack.deliveries if d.job_id == j) for j in ids]
     assert counts == [1] * len(ids)
@@ -141,3 +145,21 @@ def test_the_sdk_creates_many_with_one_wait_or_none(settings: CommonSettings) ->
         created = client.create_jobs(specs)
     assert len({c.job_id for c in created}) == 3
     assert topic_record_count(settings) == records + 3
+
+
+def test_sdk_commands_for_an_unknown_job_raise_when_the_client_checks(
+    settings: CommonSettings, api: RunningApi
+) -> None:
+    """Issue 16: ``pause()`` of an unknown job id raised nothing and was held forever."""
+    known = job_body(job_id=str(uuid.uuid4()), schedule=FAR)
+    with api.client() as c:
+        assert c.post("/v1/jobs", json=known).status_code == 201
+    records = topic_record_count(settings)
+    with JobClient(settings=settings, check_existing=True) as client:
+        for command in (client.pause, client.resume, client.cancel, client.trigger):
+            with pytest.raises(NotFound) as raised:
+                command(str(uuid.uuid4()))
+            assert "nothing was sent" in raised.value.message
+        assert topic_record_count(settings) == records
+        client.pause(known["job_id"])
+    assert topic_record_count(settings) == records + 1

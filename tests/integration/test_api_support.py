@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -61,10 +61,11 @@ class RunningApi:
         self.sock.close()
 
 
-def topic_record_count(settings: CommonSettings) -> int:
-    """Records on every job-related topic (end offsets summed)."""
+def topic_record_count(settings: CommonSettings, only: Sequence[str] = ()) -> int:
+    """Records on every job-related topic, or on the topics ``only`` names (end offsets
+    summed)."""
     topics = Topics(settings.topic_prefix)
-    names = [
+    names = list(only) or [
         topics.jobs,
         topics.control,
         topics.dags,
