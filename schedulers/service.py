@@ -215,9 +215,9 @@ class Scheduler:
             log.info("firing: %s", decision.reason, extra=skew.describe(decision))
             held = [TopicPartition(t, p) for t, p in sorted(self._held_inputs)]
             self._held_inputs.clear()
-            assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
-            held = [tp for tp in held if (tp.topic, tp.partition) in assigned]
             if held:
+                # assigned or not: the client keeps a partition's pause across a rebalance, so
+                # one given up while held would stay paused when it comes back
                 self.consumer.resume(held)
             return
         # a scheduler that fires on a clock ahead of the broker's runs every job early
@@ -408,6 +408,7 @@ class Scheduler:
         if self._state_hwm(p) != hwm:
             self._close(owner, p)
             return False
+        owner.hold_emits = not self.firing  # it may have left while the clock was bad
         self.owners[p] = owner
         log.info("kept partition %s across the rebalance", p, extra={"partition": p})
         return True
