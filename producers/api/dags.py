@@ -298,9 +298,13 @@ async def retry_run(dag_id: str, dag_run_id: str, res: Res) -> dict[str, Any]:
     reason = _NOT_REPAIRABLE.get(run.status)
     statuses = dict(run.node_statuses or {})
     plan = repair_plan({n.key: n.depends_on for n in dag.nodes}, statuses)
-    claimed_before = any(replayed for _, replayed in dead_letters)
+    claimed_before = any(replayed for _, _, replayed in dead_letters)
     if reason is None and not plan and not claimed_before:
-        reason = "it is still running and no node of it is dead"
+        reason = (
+            "it is still running and no job of it is dead"
+            if run.status == DagRunStatus.RUNNING.value
+            else "no job of it is dead or expired"
+        )
     if reason is not None:
         raise IllegalTransition(
             f"cannot retry DAG run {dag_run_id}: {reason}",
@@ -314,9 +318,13 @@ async def retry_run(dag_id: str, dag_run_id: str, res: Res) -> dict[str, Any]:
         # the run's dead letters count as replayed: a replay of one of them later must not
         # run the node a second time, outside the run (the claim commits only once Kafka
         # acknowledged the request: an error rolls it back)
-        ids = [execution_id for execution_id, _ in dead_letters]
+        ids = [execution_id for execution_id, _, _ in dead_letters]
         claimed = await store.claim_replays(conn, ids, res.now()) if ids else []
-        if ids and not claimed:
+        key_of_job = dag.key_of_job()
+        lettered = {key_of_job.get(job_id) for _, job_id, _ in dead_letters}
+        # every job to re-run had its dead letter claimed before: a request was made for each
+        # (an expired job has no dead letter: only the resolver can tell, so ask it)
+        if ids and not claimed and all(key in lettered for key in plan.rerun):
             return {**out, "already_requested": True}
         await res.writer.publish(
             lambda done: res.client.retry_dag_run(dag_id, dag_run_id, wait=False, on_delivery=done)
@@ -338,13 +346,17 @@ async def _run(conn: AsyncConnection[Any], dag_id: str, dag_run_id: str) -> DagR
     return DagRunRow.from_row(row)
 
 
-async def _dead_letters_of(conn: AsyncConnection[Any], dag_run_id: str) -> list[tuple[str, bool]]:
-    """(execution_id, replayed already) of the run's dead letters (of dead nodes: an expired
-    node has none)."""
+async def _dead_letters_of(
+    conn: AsyncConnection[Any], dag_run_id: str
+) -> list[tuple[str, str, bool]]:
+    """(execution_id, job_id, replayed already) of the run's dead letters (of dead nodes: an
+    expired node has none)."""
     cur = await conn.execute(
-        "SELECT d.execution_id::text, (r.execution_id IS NOT NULL OR d.replayed_at IS NOT NULL) "
+        "SELECT d.execution_id::text, d.job_id::text, "
+        "(r.execution_id IS NOT NULL OR d.replayed_at IS NOT NULL) "
         "FROM dead_letters d LEFT JOIN dlq_replays r USING (execution_id) "
         "WHERE d.dag_run_id = %s",
         (dag_run_id,),
     )
-    return [(str(execution_id), bool(replayed)) for execution_id, replayed in await cur.fetchall()]
+    rows = await cur.fetchall()
+    return [(str(execution_id), str(job_id), bool(done)) for execution_id, job_id, done in rows]
