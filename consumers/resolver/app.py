@@ -333,9 +333,11 @@ class Resolver:
                 )
             # a request without an id (not one of ours) is told apart by its time and node
             request_id = record.request_id or f"{record.at_ms}/{record.node_key or '*'}"
-            return progress.on_retry(
+            actions = progress.on_retry(
                 state, shape, kids, request_id, record.node_key, now_ms, _replayed(record)
             )
+            metrics.REPAIRS.labels(result=_repair_result(shape, actions)).inc()
+            return actions
         if record.kind is DagRunEventKind.NODE_CANCELLED:
             if record.node_key is None:
                 raise ValueError("a node_cancelled DagRunEvent without its node_key")
@@ -399,6 +401,13 @@ def _run_of(record: Input) -> str | None:
     if isinstance(record, DagRunEvent):
         return record.dag_run_id if record.kind in _ROUTED_KINDS else None
     return record.dag_run_id
+
+
+def _repair_result(shape: Shape | None, actions: progress.Actions) -> str:
+    """What came of a repair request, for the metric."""
+    if shape is None:
+        return "replayed_alone" if actions.commands else "run_not_held"
+    return "repaired" if actions.commands else "nothing_to_repair"
 
 
 def _replayed(record: DagRunEvent) -> progress.Replayed | None:
