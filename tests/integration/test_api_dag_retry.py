@@ -17,8 +17,22 @@ from confluent_kafka import Producer
 
 from duetime.cli import main
 from duetime.core.config import CommonSettings
-from duetime.core.models import DagRunEventKind, DagRunStatus, Status
-from duetime.core.records import DagRunEvent
+from duetime.core.models import (
+    DagRunEventKind,
+    DagRunStatus,
+    ErrorReason,
+    Priority,
+    Status,
+    Trigger,
+)
+from duetime.core.records import (
+    AttemptError,
+    DagRunEvent,
+    DeadLetter,
+    ErrorInfo,
+    ExecutionRequest,
+    HttpTarget,
+)
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 from tests.helpers import TopicReader, wait_for
@@ -36,6 +50,44 @@ def api(settings: CommonSettings) -> Iterator[RunningApi]:
     yield running
     projector.stop()
     running.stop()
+
+
+def publish_dead_letter(settings: CommonSettings, dag_id: str, run_id: str, job_id: str) -> str:
+    """The dead letter of ``job_id``'s execution in the run, as its scheduler writes it."""
+    execution_id = str(uuid.uuid4())
+    request = ExecutionRequest(
+        execution_id=execution_id,
+        job_id=job_id,
+        name="member",
+        attempt=1,
+        scheduled_at_ms=1,
+        due_at_ms=1,
+        emitted_at_ms=1,
+        priority=Priority.NORMAL,
+        target=HttpTarget(url="http://127.0.0.1:9/hook"),
+        payload_json="null",
+        timeout_s=1.0,
+        trigger=Trigger.RELEASE,
+        dag_id=dag_id,
+        dag_run_id=run_id,
+    )
+    error = ErrorInfo(type="E", message="down", retryable=False, reason=ErrorReason.ERROR)
+    letter = DeadLetter(
+        execution_id=execution_id,
+        job_id=job_id,
+        name="member",
+        dead_at_ms=2,
+        attempts=1,
+        errors=[AttemptError(attempt=1, at_ms=2, error=error)],
+        request=request,
+        dag_id=dag_id,
+        dag_run_id=run_id,
+    )
+    topic = Topics(settings.topic_prefix).dlq
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "acks": "all"})
+    producer.produce(topic, key=job_id, value=Codec().dump(letter, topic=topic))
+    assert producer.flush(10) == 0
+    return execution_id
 
 
 def publish_run(settings: CommonSettings, dag_id: str, status: str, nodes: dict[str, str]) -> str:
@@ -133,3 +185,46 @@ def test_which_runs_may_be_retried_and_what_is_published(
             assert event["node_key"] is None and event["request_id"]
     finally:
         retries.close()
+
+
+def test_dead_letters_make_a_retry_idempotent_and_a_replay_repairs_its_run(
+    settings: CommonSettings, api: RunningApi
+) -> None:
+    """A retry claims the run's dead letters: a second retry asks nothing new. A replay of a
+    member's dead letter (POST /v1/dlq/{id}/replay) carries its run, so that the member's
+    scheduler repairs the run instead of running the job alone."""
+    topics = Topics(settings.topic_prefix)
+    control = TopicReader(settings, [topics.control], "control")
+    target = {"type": "http", "url": "http://127.0.0.1:9/hook"}
+    jobs = [{"key": k, "name": k, "target": target, "depends_on": d} for k, d in CHAIN.items()]
+    dead = {"a": "dead", "b": "skipped", "c": "skipped"}
+    try:
+        with api.client(TOKEN) as c:
+            created = c.post("/v1/dags", json={"name": "retry-letters", "jobs": jobs})
+            assert created.status_code == 201, created.text
+            dag_id, job_ids = created.json()["dag_id"], created.json()["job_ids"]
+            retried = publish_run(settings, dag_id, "failed", dead)
+            replayed = publish_run(settings, dag_id, "failed", dead)
+            publish_dead_letter(settings, dag_id, retried, job_ids["a"])
+            letter = publish_dead_letter(settings, dag_id, replayed, job_ids["a"])
+            wait_for(
+                lambda: len(c.get("/v1/dlq", params={"job_id": job_ids["a"]}).json()["items"]) == 2,
+                30,
+                "both dead letters projected",
+            )
+            first = c.post(f"/v1/dags/{dag_id}/runs/{retried}/retry")
+            assert first.status_code == 202 and not first.json()["already_requested"], first.text
+            second = c.post(f"/v1/dags/{dag_id}/runs/{retried}/retry")
+            assert second.status_code == 202 and second.json()["already_requested"], second.text
+            assert second.json()["rerun"] == ["a"]
+            replay = c.post(f"/v1/dlq/{letter}/replay")
+            assert replay.status_code == 202, replay.text
+
+        def replays() -> list[dict[str, Any]]:
+            return [m for m in control.snapshot() if m["kind"] == "replay"]
+
+        [command] = wait_for(replays, 30, "the replay command")
+        assert (command["job_id"], command["execution_id"]) == (job_ids["a"], letter)
+        assert command["dag_run_id"] == replayed
+    finally:
+        control.close()
