@@ -7,12 +7,37 @@ closed (its roles killed by pid, its sink stopped) even when the test fails.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.faults.harness import FaultStack, Scenario
+
+CORE = frozenset({"test_poison", "test_lost_execution", "test_checker", "test_proxy"})
+"""The fault modules ``./run test`` runs (at CI size): bad records on every topic, the
+rescuer's lost executions, and the campaign's own checker and proxy. Every other scenario
+belongs to the campaign (``./run faults``): together they take longer than the README's test
+command may (about 20 minutes in all)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with the reason, the campaign's scenarios outside ``./run faults``
+    (``DUETIME_FAULTS_CAMPAIGN=1``), unless their file is named on the command line."""
+    if os.environ.get("DUETIME_FAULTS_CAMPAIGN") == "1":
+        return
+    named = {Path(arg.split("::")[0]).resolve() for arg in config.args}
+    skip = pytest.mark.skip(
+        reason="fault campaign scenario: ./run faults (full size) or "
+        "DUETIME_FAULTS_SIZE=ci ./run faults; or name its file"
+    )
+    here = Path(__file__).resolve().parent
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if path.parent == here and path.stem not in CORE and path not in named:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
