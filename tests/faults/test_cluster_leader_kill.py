@@ -92,18 +92,15 @@ class ClusterFaultStack(FaultStack):
         return self
 
     def close(self) -> None:
-        if not self._started:
-            return
-        self._started = False
-        with contextlib.suppress(Exception):
-            self.cluster.stop(timeout_s=20)
-        with contextlib.suppress(Exception):
-            self.postgres.stop(timeout_s=20)
+        """Every node, then what ``FaultStack.close`` stops and drops (PostgreSQL)."""
+        if self._started:
+            with contextlib.suppress(Exception):
+                self.cluster.stop(timeout_s=20)
+        super().close()
         if not self.keep_data:
             import shutil
 
             shutil.rmtree(self.cluster.home, ignore_errors=True)
-            shutil.rmtree(self.postgres.data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +191,12 @@ def start_roles(scenario: Scenario) -> tuple[RoleProc, dict[str, int]]:
     scenario.roles["api"] = api
     api.spawn()
     api.wait_http(f"http://127.0.0.1:{port}/readyz", 90)
-    scenario.schedulers_own_all(1)
+    # from the scheduler's log, not Scenario.schedulers_own_all: its describe_consumer_groups
+    # with a request timeout crashed this process twice on the three-node cluster (librdkafka
+    # 2.16 assertion ``eonce->refcnt > 0``, an admin request timing out mid coordinator lookup)
+    scheduler = scenario.of_kind("scheduler")[0]
+    for p in range(scenario.settings.partitions):
+        scheduler.wait_log(rf"owning partition {p}:", 90, since_start=True)
     scenario.workers_assigned()
     return api, {r.name: r.pid or 0 for r in scenario.roles.values()}
 
