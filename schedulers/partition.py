@@ -677,6 +677,13 @@ class PartitionOwner:
         self.restore()
         self.rewind(consumer)
 
+    def discard(self) -> None:
+        """Forget the cycle's uncommitted bookkeeping (states, offsets, held commands, parked
+        copies): the store and the committed offsets still agree, so whoever owns the
+        partition next reads those inputs again and derives the same. (Anything someone
+        waits for was committed in the cycle that made it.)"""
+        self.pending = Pending()
+
     def rewind(self, consumer: Consumer) -> None:
         """An aborted transaction does not move the consumer back: seek to the committed offsets."""
         inputs = [TopicPartition(t, self.partition) for t in self.topics.scheduler_inputs]

@@ -56,9 +56,7 @@ class Scheduler:
         self.group_id = f"{self.common.topic_prefix}schedulers"
         # the clients exist from the start (the rebalance callbacks and shutdown use them); the
         # consumer joins the group only when run() subscribes it
-        self.consumer: Consumer = kafka.consumer(
-            self.common, self.group_id, **{"session.timeout.ms": settings.session_timeout_ms}
-        )
+        self.consumer: Consumer = self._group_consumer()
         # the restore reader needs no group: it reads a state partition from its beginning
         self._restore_consumer: Consumer = kafka.consumer(
             self.common,
@@ -94,6 +92,11 @@ class Scheduler:
         """Subscribed to the schedulers' group (left while the clock stays bad)."""
         self._held_inputs: set[tuple[str, int]] = set()
         """Input partitions paused at a record that would emit while firing is stopped."""
+
+    def _group_consumer(self) -> Consumer:
+        return kafka.consumer(
+            self.common, self.group_id, **{"session.timeout.ms": self.settings.session_timeout_ms}
+        )
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -202,9 +205,6 @@ class Scheduler:
             self._set_firing(decision)
         if decision.member != self.member:
             self._set_member(decision)
-        elif not self.member and self._suspended and not self.consumer.assignment():
-            for p in list(self._suspended):  # given up: nothing comes back to resume
-                self._close(self._suspended.pop(p)[0], p)
 
     def _set_firing(self, decision: skew.Decision) -> None:
         self.firing = decision.fire
@@ -244,7 +244,19 @@ class Scheduler:
             decision.reason,
             extra=skew.describe(decision),
         )
-        self.consumer.unsubscribe()  # the revocation commits what is pending, as a rebalance
+        # as at shutdown: commit and release every partition, then close the consumer, whose
+        # LeaveGroup moves the partitions at once. (Leaving by unsubscribe, or by a close whose
+        # revocation committed the pending work, twice left the other scheduler stuck in its
+        # own revocation's commit, sending offsets to its transaction, for over 90 s.)
+        for p, owner in list(self.owners.items()):
+            self._flush(owner, self.consumer)
+            self._drop(p)
+        for p in list(self._suspended):  # nothing comes back to resume
+            self._close(self._suspended.pop(p)[0], p)
+        self.consumer.close()
+        self._held_inputs.clear()  # a new consumer has no paused partitions
+        self.consumer = self._group_consumer()
+        metrics.OWNED.set(0)
 
     def _due_for_commit(self, owner: PartitionOwner, now_s: float) -> bool:
         """Commit now: something someone waits for, bookkeeping older than the commit
@@ -446,19 +458,21 @@ class Scheduler:
             self.on_restored(p, n, seconds)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Stop firing at once; keep the owner aside in case the partition comes straight back
-        (after committing what waited for the commit interval: still our generation)."""
+        """Stop firing at once; keep the owner aside in case the partition comes straight back.
+
+        What waited for the commit interval is dropped, not committed: a commit here sends
+        offsets to a transaction while the group rebalances, and twice (clock-skew fault
+        scenario, a member leaving and joining) that call blocked the revocation for over
+        90 s, and the whole group with it. The inputs are read again from the committed
+        offsets by whoever owns the partition next."""
         owners = [
             owner
             for p in sorted({tp.partition for tp in partitions})
             if (owner := self.owners.pop(p, None)) is not None
         ]
-        flushed = list(self._pool.map(lambda o: self._flush(o, consumer), owners))
-        for owner, ok in zip(owners, flushed, strict=True):
+        for owner in owners:
+            owner.discard()
             p = owner.partition
-            if not ok:
-                self._close(owner, p)
-                continue
             try:
                 self._suspended[p] = (owner, self._state_hwm(p))
             except KafkaException:

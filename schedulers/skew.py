@@ -195,7 +195,7 @@ class ClockProbe:
                 "linger.ms": 0,
                 "enable.idempotence": False,
                 "acks": "1",
-                "message.timeout.ms": max(1000, int(interval_s * 1000)),
+                "message.timeout.ms": int(max(5.0, interval_s) * 1000),
             },
         )
         self._thread = threading.Thread(target=self._run, name="clock-probe", daemon=True)
@@ -244,7 +244,8 @@ class ClockProbe:
         sent_s = time.monotonic()
         try:
             self._producer.produce(self.topic, value=b"", on_delivery=delivered)
-            self._producer.flush(max(1.0, self.interval_s))
+            # a first probe also waits for the connection and the topic's metadata
+            self._producer.flush(max(5.0, self.interval_s))
         except Exception as exc:  # a client error must not end the probe thread
             self._failed(f"{type(exc).__name__}: {exc}")
             return None
