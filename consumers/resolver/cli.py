@@ -44,7 +44,7 @@ def run_resolver(args: argparse.Namespace) -> int:
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
-    from duetime.infra.topics import create_topics
+    from duetime.infra.topics import create_topics, requested_replication
 
     from .app import build_app
     from .settings import ResolverSettings
@@ -71,7 +71,8 @@ def run_resolver(args: argparse.Namespace) -> int:
         args.metrics_port if args.metrics_port is not None else common.metrics_port,
         common.metrics_host,
     )
-    create_topics(common, settings.own_topics(), common.replication_factor)
+    # DUETIME_REPLICATION_FACTOR unset: min(3, brokers), as duetime topics create
+    create_topics(common, settings.own_topics(), requested_replication(Env(), common))
     with tempfile.TemporaryDirectory(prefix="duetime-resolver-") as data_dir:
         app = build_app(settings, Path(data_dir))
         worker: Any = Worker(app, quiet=True, redirect_stdouts=False, loglevel=common.log_level)
