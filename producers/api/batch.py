@@ -78,8 +78,8 @@ async def create_jobs(request: Request, response: Response, res: Res) -> dict[st
     out: list[dict[str, Any]] = []
     fresh: list[JobDefinition] = []
     async with res.pool.connection() as conn, conn.transaction():
-        for index, definition in enumerate(definitions):
-            new = await store.insert_new_job(conn, definition)
+        inserted = await store.insert_new_jobs(conn, definitions)
+        for index, (definition, new) in enumerate(zip(definitions, inserted, strict=True)):
             if new is not None:
                 fresh.append(definition)
                 out.append(_item(definition.job_id, new.status, new.next_run_at, created=True))

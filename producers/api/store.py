@@ -104,6 +104,27 @@ async def insert_new_job(conn: AsyncConnection[Any], definition: JobDefinition) 
     return NewJob.from_row(row) if await cur.fetchone() is not None else None
 
 
+async def insert_new_jobs(
+    conn: AsyncConnection[Any], definitions: Sequence[JobDefinition]
+) -> list[NewJob | None]:
+    """``insert_new_job`` for many jobs in one pipelined round of statements (in order); each
+    item None when that job_id exists (its row is then locked as there)."""
+    rows = [job_row(d) for d in definitions]
+    out: list[NewJob | None] = []
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+            f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))}) "
+            "ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
+            [[row[c] for c in JOB_COLUMNS] for row in rows],
+            returning=True,
+        )
+        for row in rows:  # one result set per statement, in order
+            out.append(NewJob.from_row(row) if await cur.fetchone() is not None else None)
+            cur.nextset()
+    return out
+
+
 async def insert_new_dag(conn: AsyncConnection[Any], definition: DagDefinition) -> bool:
     """Insert a new DAG's row; False when the dag_id exists (the row is then locked until the
     caller's transaction ends, as in ``insert_new_job``)."""
