@@ -91,14 +91,20 @@ async def _all(conn: AsyncConnection[Any], cls: type[R], query: str, args: Any) 
         return [cls.from_row(row) for row in await cur.fetchall()]
 
 
+_INSERT_JOB = (
+    f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+    f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))}) "
+    "ON CONFLICT (job_id) DO NOTHING RETURNING job_id"
+)
+"""A new job's row; nothing (and no row back) when its job_id exists."""
+
+
 async def insert_new_job(conn: AsyncConnection[Any], definition: JobDefinition) -> NewJob | None:
     """Insert a new job's row and return it; None when the job_id exists (the row is then
     locked until the caller's transaction ends, so two creates of one id are serialised)."""
     row = job_row(definition)
     cur = await conn.execute(
-        f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
-        f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))}) "
-        "ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
+        _INSERT_JOB,
         [row[c] for c in JOB_COLUMNS],
     )
     return NewJob.from_row(row) if await cur.fetchone() is not None else None
@@ -113,9 +119,7 @@ async def insert_new_jobs(
     out: list[NewJob | None] = []
     async with conn.cursor() as cur:
         await cur.executemany(
-            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
-            f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))}) "
-            "ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
+            _INSERT_JOB,
             [[row[c] for c in JOB_COLUMNS] for row in rows],
             returning=True,
         )
