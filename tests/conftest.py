@@ -31,6 +31,7 @@ from duetime.core.config import CommonSettings, Env
 from duetime.core.topics import Topics
 
 if TYPE_CHECKING:
+    from tests.helpers import RunningScheduler
     from tests.integration.test_worker_support import Sink
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,3 +204,17 @@ def sink() -> Iterator[Sink]:
     s = Sink().start()
     yield s
     s.stop()
+
+
+@pytest.fixture
+def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
+    """A scheduler in this process (default settings) owning every partition; a module that
+    needs other settings defines its own ``scheduler``."""
+    from duetime.schedulers.settings import SchedulerSettings
+    from tests.helpers import RunningScheduler as Running
+    from tests.helpers import wait_for
+
+    running = Running(SchedulerSettings(common=settings))
+    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own it all")
+    yield running
+    running.stop()

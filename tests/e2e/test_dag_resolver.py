@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from bench.dag_harness import ResolverProcess
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.settings import SchedulerSettings
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration.test_dag_support import (
     DIAMOND,
@@ -23,14 +19,6 @@ from tests.integration.test_dag_support import (
     wait_completed,
     wait_known,
 )
-
-
-@pytest.fixture
-def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
-    running = RunningScheduler(SchedulerSettings(common=settings))
-    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own it all")
-    yield running
-    running.stop()
 
 
 def _node_seen(reader: TopicReader, run_id: str, key: str, status: str) -> bool:

@@ -18,7 +18,6 @@ from duetime.consumers.worker.leases import LeaseStore
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.settings import SchedulerSettings
 from tests.e2e.procs import Role, role_env
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration.test_worker_support import Sink
@@ -51,14 +50,6 @@ def partitions_of(role: Role) -> int:
     """How many partitions the worker said it holds in its last assignment or revocation."""
     counts = _NOW_RE.findall(role.log())
     return int(counts[-1]) if counts else 0
-
-
-@pytest.fixture
-def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
-    running = RunningScheduler(SchedulerSettings(common=settings))
-    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own all")
-    yield running
-    running.stop()
 
 
 @pytest.fixture

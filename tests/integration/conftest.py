@@ -30,3 +30,10 @@ def dlq(settings: CommonSettings) -> Iterator[TopicReader]:
     reader = TopicReader(settings, [Topics(settings.topic_prefix).dlq], "dead_letter")
     yield reader
     reader.close()
+
+
+@pytest.fixture
+def dag_runs(settings: CommonSettings) -> Iterator[TopicReader]:
+    reader = TopicReader(settings, [Topics(settings.topic_prefix).dag_runs], "dag_run")
+    yield reader
+    reader.close()

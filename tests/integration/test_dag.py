@@ -54,13 +54,6 @@ def resolver(settings: CommonSettings) -> Iterator[ResolverProcess]:
         print(process.log()[-5000:])
 
 
-@pytest.fixture
-def dag_runs(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).dag_runs], "dag_run")
-    yield reader
-    reader.close()
-
-
 B_DEAD = {"a": "success", "b": "dead", "c": "success", "d": "skipped"}
 
 

@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from bench.dag_harness import ResolverProcess
 from duetime.core.config import CommonSettings
-from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.settings import SchedulerSettings
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration.test_dag_support import (
     delete_internal_topics,
@@ -26,21 +21,6 @@ from tests.integration.test_dag_support import (
 )
 
 CHAIN = [job("a"), job("b", "a"), job("c", "b")]
-
-
-@pytest.fixture
-def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
-    running = RunningScheduler(SchedulerSettings(common=settings))
-    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own it all")
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def dag_runs(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).dag_runs], "dag_run")
-    yield reader
-    reader.close()
 
 
 def ended(reader: TopicReader, run_id: str, status: str, resolver: ResolverProcess) -> Any:

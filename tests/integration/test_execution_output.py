@@ -30,7 +30,6 @@ from tests.integration.test_api import api as api  # the fixture, re-exported
 from tests.integration.test_api import assert_error
 from tests.integration.test_api_support import RunningApi
 from tests.integration.test_projector_support import project_all
-from tests.integration.test_worker import scheduler as scheduler  # the fixture, re-exported
 from tests.integration.test_worker import worker as worker  # the fixture, re-exported
 from tests.integration.test_worker_support import RunningWorker
 

@@ -24,7 +24,6 @@ from duetime.core.topics import Topics, TopicSpec
 from duetime.infra import harness
 from duetime.infra.topics import create_topics
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.settings import SchedulerSettings
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration import test_worker_support as support
 from tests.integration.test_projector_support import project_all
@@ -45,14 +44,6 @@ def worker_settings(settings: CommonSettings, **overrides: Any) -> WorkerSetting
     }
     base.update(overrides)
     return WorkerSettings(common=settings, **base)
-
-
-@pytest.fixture
-def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
-    running = RunningScheduler(SchedulerSettings(common=settings))
-    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own all")
-    yield running
-    running.stop()
 
 
 def start_worker(

@@ -30,11 +30,9 @@ from duetime.core.config import CommonSettings
 from duetime.producers.sdk import JobClient
 from tests.helpers import RunningScheduler, TopicReader, wait_for
 from tests.integration import test_worker_support as support
-from tests.integration.test_dag import dag_runs as dag_runs  # the fixtures, re-exported
-from tests.integration.test_dag import resolver as resolver
+from tests.integration.test_dag import resolver as resolver  # the fixture, re-exported
 from tests.integration.test_dag_support import job, wait_completed, wait_known
 from tests.integration.test_worker import NOW, final, start_worker
-from tests.integration.test_worker import scheduler as scheduler  # the fixture, re-exported
 from tests.integration.test_worker_support import HoldingSink, RunningWorker
 
 MOD = "tests.integration.test_worker_support"

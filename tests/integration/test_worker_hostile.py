@@ -27,7 +27,6 @@ from duetime.core.models import ErrorReason
 from duetime.core.topics import Topics, TopicSpec
 from duetime.infra.topics import create_topics
 from duetime.producers.sdk import JobClient
-from duetime.schedulers.settings import SchedulerSettings
 from duetime.schemas.codec import Codec
 from tests.e2e.procs import Role, role_env
 from tests.helpers import RunningScheduler, TopicReader, wait_for
@@ -112,14 +111,6 @@ def start(settings: CommonSettings, *, allowances: bool = True, **overrides: Any
 @pytest.fixture
 def requests(settings: CommonSettings) -> Requests:
     return Requests(settings)
-
-
-@pytest.fixture
-def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
-    running = RunningScheduler(SchedulerSettings(common=settings))
-    wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own all")
-    yield running
-    running.stop()
 
 
 @pytest.fixture
