@@ -200,6 +200,7 @@ class JobDefinition(AvroRecord):
     depends_on: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     start_within_s: float | None = None
+    queue: str = "default"
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -235,6 +236,7 @@ class ExecutionRequest(AvroRecord):
     dag_run_id: str | None = None
     dag_key: str | None = None
     start_within_s: float | None = None
+    queue: str = "default"
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -326,6 +328,7 @@ class InflightExecution(AvroRecord):
     dag_run_id: str | None = None
     rescues: int = 0
     deadline_ms: int | None = None
+    queue: str = "default"
 
 
 @dataclass(slots=True, kw_only=True)
