@@ -51,6 +51,7 @@ from .models import (
 __all__ = [
     "AttemptError",
     "AvroRecord",
+    "ConcurrencyLimit",
     "ControlCommand",
     "CronSchedule",
     "DagDefinition",
@@ -66,6 +67,7 @@ __all__ = [
     "KafkaTarget",
     "OneTimeSchedule",
     "PythonTarget",
+    "RateLimit",
     "RetrySpec",
     "Schedule",
     "SchedulerState",
@@ -148,6 +150,25 @@ class RetrySpec(AvroRecord):
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
+class ConcurrencyLimit(AvroRecord):
+    """A job's concurrency limit per key (``duetime.core.keys`` resolves the key template)."""
+
+    AVRO_NAME: ClassVar[str] = "duetime.ConcurrencyLimit"
+    key: str
+    limit: int
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RateLimit(AvroRecord):
+    """A job's rate limit per key: a token bucket of ``burst`` refilled at ``per_s``."""
+
+    AVRO_NAME: ClassVar[str] = "duetime.RateLimit"
+    key: str
+    per_s: float
+    burst: int
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
 class ErrorInfo(AvroRecord):
     AVRO_NAME: ClassVar[str] = "duetime.ErrorInfo"
     type: str
@@ -201,6 +222,8 @@ class JobDefinition(AvroRecord):
     labels: dict[str, str] = field(default_factory=dict)
     start_within_s: float | None = None
     queue: str = "default"
+    concurrency: ConcurrencyLimit | None = None
+    rate_limit: RateLimit | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -237,6 +260,8 @@ class ExecutionRequest(AvroRecord):
     dag_key: str | None = None
     start_within_s: float | None = None
     queue: str = "default"
+    concurrency: ConcurrencyLimit | None = None
+    rate_limit: RateLimit | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -357,6 +382,8 @@ RECORDS: tuple[type[AvroRecord], ...] = (
     OneTimeSchedule,
     CronSchedule,
     RetrySpec,
+    ConcurrencyLimit,
+    RateLimit,
     ErrorInfo,
     AttemptError,
     DagNode,
