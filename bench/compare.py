@@ -23,7 +23,14 @@ start − first due)):
   ``bench/http_rate.py``) against ``peers-http-<rate>``. Their rows also carry p50 and max
   lateness and CPU per job.
 
-A throughput ratio above 1 and a lateness ratio below 1 mean duetime is ahead.
+Every row also carries CPU per job (``cpu_ms_per_job``): the CPU seconds of every process of
+the system (duetime: the broker, PostgreSQL, the scheduler, each worker and the projector;
+Celery: Redis and the worker with its pool; River: PostgreSQL and its one Go process, which also
+inserts) ÷ the jobs completed, with each process's figure in ``cpu_s`` (``bench/cpu.py`` reads
+them from /proc). The load generators (duetime's SDK or REST client, Celery's producers) are not
+counted.
+
+A throughput ratio above 1 and lateness and CPU ratios below 1 mean duetime is ahead.
 """
 
 from __future__ import annotations
@@ -81,7 +88,7 @@ def _ratio(ours: float | None, theirs: float | None) -> float | None:
 
 def _more(result: dict[str, Any]) -> dict[str, Any]:
     """p50 and max lateness, lost, duplicates and CPU per job, for results that have them
-    (the HTTP scenarios measure CPU; older results leave it out)."""
+    (results written before CPU was measured leave it out)."""
     lateness = result.get("lateness_ms") or {}
     out = {
         "lateness_p50_ms": lateness.get("p50"),
@@ -89,8 +96,11 @@ def _more(result: dict[str, Any]) -> dict[str, Any]:
         "lost": result.get("lost"),
         "duplicates": result.get("duplicates"),
     }
-    if "cpu_ms_per_job" in result:
-        out["cpu_ms_per_job"] = result["cpu_ms_per_job"]
+    # CPU per job: CPU seconds of every process of the system (broker, database, each role or
+    # worker) ÷ jobs completed; ``cpu_s`` keeps the figure of each process
+    for key in ("cpu_ms_per_job", "system_cpu_s", "cpu_s"):
+        if result.get(key) is not None:
+            out[key] = result[key]
     return out
 
 
@@ -126,6 +136,9 @@ def compare() -> dict[str, Any]:
                 "lateness_ratio": _ratio(row["duetime"]["lateness_p99_ms"], theirs_p99),
                 **_more(result),
             }
+            section[peer]["cpu_ratio"] = _ratio(
+                row["duetime"].get("cpu_ms_per_job"), section[peer].get("cpu_ms_per_job")
+            )
         row["peers"] = section
         table[scenario] = row
         ours["peers"] = section
@@ -137,8 +150,8 @@ def compare() -> dict[str, Any]:
 
 def readme_table(table: dict[str, Any]) -> str:
     lines = [
-        "| scenario | duetime | Celery | River | duetime/Celery throughput, p99 | "
-        "duetime/River throughput, p99 |",
+        "| scenario | duetime | Celery | River | duetime/Celery throughput, p99, CPU/job | "
+        "duetime/River throughput, p99, CPU/job |",
         "|---|---|---|---|---|---|",
     ]
 
@@ -152,8 +165,11 @@ def readme_table(table: dict[str, Any]) -> str:
     def ratios(d: dict[str, Any] | None) -> str:
         if d is None:
             return "–"
-        lat = d["lateness_ratio"]
-        return f"{d['throughput_ratio']:.2f}, {'n/m' if lat is None else f'{lat:.2f}'}"
+        lat, cpu = d["lateness_ratio"], d.get("cpu_ratio")
+        return (
+            f"{d['throughput_ratio']:.2f}, {'n/m' if lat is None else f'{lat:.2f}'}, "
+            f"{'n/m' if cpu is None else f'{cpu:.2f}'}"
+        )
 
     for scenario, row in table.items():
         peers = row["peers"]

@@ -74,9 +74,10 @@ def scenario_day(minutes: float, speedup: float, workers: int) -> dict[str, Any]
         f"{total:,} jobs over {minutes:g} min (day × {speedup:g}: peak {peak:,.0f}/s, "
         f"= {total * 1440 / minutes / 1e6:.1f} M jobs/day)"
     )
-    results, _, _, t0_ms, times = _timed_run(
+    run = _timed_run(
         name, lambda t0: due_times(t0, minutes, speedup), workers, lead_s, feed_ahead_s=30
     )
+    results, t0_ms, times = run.results, run.t0_ms, run.times_ms
     figures = start_figures(results, len(times))
     lateness, scheduled = figures.pop("_series")
     figures.pop("started_throughput_jobs_per_s")

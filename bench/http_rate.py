@@ -296,8 +296,11 @@ def scenario_rate(
     warnings: list[str] = []
     progress(f"{name}: {n:,} jobs over REST at {rate:g}/s for {duration_s:g} s, due {lead_s:g} s "
              f"after creation, each POSTing to a local sink")  # fmt: skip
-    with wt.stack(PARTITIONS) as base, Sink(WORKDIR, f"{name}-sink") as sink:
-        common = wt.fresh(base)
+    with (
+        wt.stack(PARTITIONS) as base,
+        wt.fresh(base) as common,
+        Sink(WORKDIR, f"{name}-sink") as sink,
+    ):
         procs: dict[str, RoleProc] = {}
         try:
             procs["scheduler"] = wt.start_scheduler(common, name)

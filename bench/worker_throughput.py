@@ -22,6 +22,11 @@ function (``bench.worker_throughput:noop``), so the figures are the cost of duet
 - ``rate``: jobs due at a steady rate R for D seconds (created ahead of time); start lateness
   is the worker's ``started_at`` minus the due time: the scheduler's emit, the transaction
   commit, the fetch, the lease claim and the start, all included.
+- ``rate`` and ``burst`` also run one projector (jobs are queryable only through it, as River's
+  are through its table) and report CPU per job: the CPU seconds of the broker, PostgreSQL and
+  every role (``bench.cpu``), from just before the jobs are created until the last success,
+  divided by the jobs that succeeded. The SDK creating the jobs runs in this bench process and is
+  not counted (as the peers' producers and duetime's REST load generator are not).
 - ``lease``: claim + complete of E executions against PostgreSQL, one at a time and in the
   batches concurrent executions form; reported as µs per execution and round trips.
 """
@@ -39,8 +44,8 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +60,7 @@ from bench.common import (
     start_role,
     write_result,
 )
+from bench.cpu import CpuMeter, per_job, pid_listening
 from duetime.infra.harness import FAST_FETCH, RoleProc, assign_all, reader, stop_all
 
 NOOP = "bench.worker_throughput:noop"
@@ -303,14 +309,28 @@ def produce_requests(common: Any, n: int) -> list[str]:
     return ids
 
 
-def fresh(common: Any) -> Any:
-    """The same servers, new topics (one run of a scenario must not see another's)."""
+@contextmanager
+def fresh(common: Any) -> Iterator[Any]:
+    """The same servers, new topics (one run of a scenario must not see another's), deleted
+    at the end: left behind, every run's 144 partitions slowed the bench broker's start until
+    it timed out (5,000 partition directories after ~36 runs)."""
+    from confluent_kafka.admin import AdminClient
+
     from duetime.core.topics import Topics
     from duetime.infra.topics import create_topics
 
     run = replace(common, topic_prefix=f"wb{uuid.uuid4().hex[:8]}.")
-    create_topics(run.bootstrap_servers, Topics(run.topic_prefix).specs(run.partitions))
-    return run
+    specs = Topics(run.topic_prefix).specs(run.partitions)
+    create_topics(run.bootstrap_servers, specs)
+    try:
+        yield run
+    finally:
+        admin = AdminClient({"bootstrap.servers": run.bootstrap_servers})
+        for future in admin.delete_topics([s.name for s in specs]).values():
+            try:
+                future.result()
+            except Exception as exc:  # best effort: a leftover topic costs disk, not results
+                progress(f"could not delete a bench topic: {exc}")
 
 
 def wait_done(results: Results, n: int, timeout_s: float) -> None:
@@ -332,9 +352,9 @@ def wait_done(results: Results, n: int, timeout_s: float) -> None:
 
 def scenario_e2e(workers: list[int], jobs: int) -> dict[str, Any]:
     runs = []
-    with stack(PARTITIONS) as base:
+    with stack(PARTITIONS) as base, ExitStack() as runs_topics:
         for n in workers:
-            common = fresh(base)
+            common = runs_topics.enter_context(fresh(base))
             tag = f"e2e-{n}"
             procs = [start_scheduler(common, tag), *start_workers(common, n, tag)]
             results = Results(common)
@@ -354,9 +374,9 @@ def scenario_e2e(workers: list[int], jobs: int) -> dict[str, Any]:
 
 def scenario_drain(workers: list[int], jobs: int) -> dict[str, Any]:
     runs = []
-    with stack(PARTITIONS) as base:
+    with stack(PARTITIONS) as base, ExitStack() as runs_topics:
         for n in workers:
-            common = fresh(base)
+            common = runs_topics.enter_context(fresh(base))
             tag = f"drain-{n}"
             produce_requests(common, jobs)
             results = Results(common)
@@ -435,24 +455,60 @@ def report(
     return result
 
 
+@dataclass
+class TimedRun:
+    """What ``_timed_run`` measured."""
+
+    results: Results
+    create_s: float
+    metrics: dict[str, float]  # the workers' lease metrics
+    t0_ms: int
+    times_ms: list[int]
+    cpu_s: dict[str, float | None]  # CPU seconds per process (broker, PostgreSQL, each role)
+
+    def cpu_figures(self) -> dict[str, Any]:
+        """``cpu_s``, their total and CPU ms per succeeded job."""
+        return {"cpu_s": self.cpu_s, **per_job(self.cpu_s, len(self.results.success))}
+
+
+def system_meter(common: Any, procs: dict[str, RoleProc]) -> CpuMeter:
+    """A CPU meter over the broker, PostgreSQL and ``procs`` (by role name)."""
+    kafka_port = int(common.bootstrap_servers.rsplit(":", 1)[1])
+    pg_port = re.search(r":(\d+)/", common.database_url)
+    return CpuMeter(
+        {
+            "kafka": pid_listening(kafka_port),
+            "postgresql": pid_listening(int(pg_port.group(1))) if pg_port else None,
+            **{role: proc.process.pid for role, proc in procs.items()},
+        }
+    )
+
+
 def _timed_run(
     name: str,
     due_ms: Callable[[int], list[int]],
     workers: int,
     lead_s: float,
     feed_ahead_s: float | None = None,
-) -> tuple[Results, float, dict[str, float], int, list[int]]:
-    """Scheduler + ``workers`` on fresh topics; once they are up, T0 = now + ``lead_s`` and
-    one-time jobs due at ``due_ms(T0)`` (sorted); waits until every job succeeded (or gave
-    up). With ``feed_ahead_s`` the jobs are created by a feeder thread that keeps
+) -> TimedRun:
+    """Scheduler + ``workers`` + a projector on fresh topics; once they are up, T0 = now +
+    ``lead_s`` and one-time jobs due at ``due_ms(T0)`` (sorted); waits until every job succeeded
+    (or gave up). With ``feed_ahead_s`` the jobs are created by a feeder thread that keeps
     ``feed_ahead_s`` seconds of them ahead of their due time, as producers do in production;
-    otherwise all are created up front. Returns the results, the creation time, the workers'
-    lease metrics, T0 and the due times."""
-    with stack(PARTITIONS) as base:
-        common = fresh(base)
-        procs = [start_scheduler(common, name), *start_workers(common, workers, name)]
+    otherwise all are created up front. CPU is measured from just before the first create to
+    the last success."""
+    with stack(PARTITIONS) as base, fresh(base) as common:
+        procs = {"scheduler": start_scheduler(common, name)}
+        for i, proc in enumerate(start_workers(common, workers, name)):
+            procs[f"worker_{i}"] = proc
+        procs["projector"] = start_role(
+            ["projector"], role_env(common, DUETIME_INSTANCE_ID=f"{name}-projector"),
+            f"{name}-projector",
+        )  # fmt: skip
         results = Results(common)
         try:
+            meter = system_meter(common, procs)
+            meter.start()
             t0_ms = int((time.time() + lead_s) * 1000)
             times_ms = due_ms(t0_ms)
             if feed_ahead_s is None:
@@ -462,13 +518,14 @@ def _timed_run(
                 create_s = 0.0
             span_s = (times_ms[-1] - time.time() * 1000) / 1000
             wait_done(results, len(times_ms), max(0.0, span_s) + 120)
+            meter.stop()
             if feed_ahead_s is not None:
                 feeder.close()
             metrics = scrape(workers)
         finally:
             results.close()
-            stop(procs)
-    return results, create_s, metrics, t0_ms, times_ms
+            stop(list(procs.values()))
+    return TimedRun(results, create_s, metrics, t0_ms, times_ms, meter.seconds())
 
 
 class Feeder:
@@ -537,9 +594,10 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
     n = int(rate * duration_s)
     lead_s = 15 + n / 2000
     progress(f"{n:,} jobs due from T0 = (roles up) + {lead_s:.0f} s at {rate:g}/s")
-    results, create_s, metrics, t0_ms, _ = _timed_run(
+    run = _timed_run(
         name, lambda t0: [t0 + int(i * 1000 / rate) for i in range(n)], workers, lead_s
     )
+    results, create_s, metrics, t0_ms = run.results, run.create_s, run.metrics, run.t0_ms
     figures = start_figures(results, n)
     lateness, scheduled = figures.pop("_series")
     result = {
@@ -548,6 +606,7 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
         "duration_s": duration_s,
         "throughput_jobs_per_s": round(len(results.success) / duration_s, 1),
         **figures,
+        **run.cpu_figures(),
         "lease": lease_figures(metrics, len(results.success)),
         "config": {
             "rate_jobs_per_s": rate,
@@ -582,7 +641,8 @@ def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
     name = f"worker-burst-{jobs}"
     lead_s = 15 + jobs / 2000
     progress(f"{jobs:,} jobs all due at T0 = (roles up) + {lead_s:.0f} s")
-    results, create_s, metrics, t0_ms, _ = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s)
+    run = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s)
+    results, create_s, metrics, t0_ms = run.results, run.create_s, run.metrics, run.t0_ms
     figures = start_figures(results, jobs)
     lateness, _ = figures.pop("_series")
     starts = sorted(t0_ms + late for late in lateness)
@@ -592,6 +652,7 @@ def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
         "duration_s": round((starts[-1] - t0_ms) / 1000, 2) if starts else None,
         "throughput_jobs_per_s": figures.pop("started_throughput_jobs_per_s"),
         **figures,
+        **run.cpu_figures(),
         "lease": lease_figures(metrics, len(results.success)),
         "config": {
             "workers": workers,

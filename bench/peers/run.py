@@ -6,8 +6,9 @@ peer in turn on this machine and writes ``bench/results/peers-<scenario>.json``
 (a sustained rate other than 350 goes to ``peers-sustained-<rate>.json``):
 ``{"celery": {...}, "river": {...}}``, each with ``scenario, jobs, duration_s,
 throughput_jobs_per_s, lateness_ms {p50, p99, max}, lost, duplicates, machine, versions,
-config``. duetime's own benchmark calls ``run_peers(scenario, **params)`` to put the
-peers beside its figures.
+config, cpu_s`` (CPU seconds per process) and ``system_cpu_s, cpu_ms_per_job``.
+duetime's own benchmark calls ``run_peers(scenario, **params)`` to put the peers beside its
+figures.
 
 Guarantees: the peers run one after the other (never competing for the two cores); a
 peer that fails is reported as ``{"error": ...}`` and the others still run; Ctrl-C or
@@ -25,11 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import per_job
+
 from .celery_peer import run_celery
 from .common import REPO_ROOT, PeerError, Workload, progress, sigterm_as_keyboard_interrupt
 from .river_peer import run_river
 
 PEERS: dict[str, Callable[..., dict[str, Any]]] = {"celery": run_celery, "river": run_river}
+NOT_SYSTEM = ("producers",)  # measured, but the load generator rather than the system
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
@@ -57,11 +61,15 @@ def run_peers(scenario: str, **params: Any) -> dict[str, dict[str, Any]]:
             results[name] = {"peer": name, "scenario": scenario, "error": str(exc)}
             continue
         r = results[name]
+        # CPU per job over the jobs that ran; Celery's producers are the client (as the SDK
+        # creating duetime's jobs is), River's inserts run in its one process and stay counted
+        r |= per_job(r.get("cpu_s") or {}, r["jobs"] - r["lost"], exclude=NOT_SYSTEM)
         progress(
             name,
             f"done in {time.monotonic() - started:.0f} s: {r['throughput_jobs_per_s']} jobs/s, "
             f"lateness p50/p99/max {r['lateness_ms']['p50']}/{r['lateness_ms']['p99']}/"
-            f"{r['lateness_ms']['max']} ms, lost {r['lost']}, duplicates {r['duplicates']}",
+            f"{r['lateness_ms']['max']} ms, lost {r['lost']}, duplicates {r['duplicates']}, "
+            f"CPU {r['cpu_ms_per_job']} ms/job",
         )
     return results
 
