@@ -25,11 +25,18 @@ Guarantees:
   So an hourly ``0 * * * *`` fires 23 times on Berlin's spring day, 24 on a normal day and
   24 on the autumn day (the 25-hour day repeats 02:00 but it fires only once).
 * Every sequence of fires is strictly increasing and in whole seconds; results are UTC-aware.
+* Jitter (``Cron.jitter_s``, cron only: a one-time job names its own instant) delays each
+  NOMINAL occurrence by :func:`jitter_ms`, a hash of the job id and the occurrence: in
+  [0, jitter_s], the same on every scheduler and after every restart, with no state. The
+  sequence of nominal occurrences (and so misfire, overlap and execution ids) is unchanged.
+* A calendar (``Cron.calendar``, see :mod:`duetime.core.calendars`) does not change the
+  sequence either: :func:`excluded` tells the scheduler which occurrences to skip.
 """
 
 from __future__ import annotations
 
 import calendar
+import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +44,7 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from duetime.core.calendars import Calendar, calendar_to_dict, parse_calendar
 from duetime.core.errors import InvalidSchedule, UnknownTimezone
 from duetime.core.models import Misfire, Overlap
 
@@ -45,14 +53,18 @@ __all__ = [
     "CronSpec",
     "OneTime",
     "Schedule",
+    "excluded",
+    "fire_at",
     "fires_between",
     "first_fire",
+    "jitter_ms",
     "misfire_fires",
     "next_fire",
     "overlap_decision",
     "parse_cron",
     "parse_schedule",
     "schedule_to_dict",
+    "upcoming",
 ]
 
 MAX_EXPR_CHARS = 256
@@ -61,6 +73,8 @@ MAX_TIMESTAMP = datetime(9000, 1, 1, tzinfo=UTC)
 """Timestamps a schedule may name: epoch milliseconds stay positive, and the cron search
 (400 years ahead at most) never runs off the calendar's year 9999."""
 VALIDATION_YEARS = (2000, 2028)  # [start, end): contains every calendar combination
+MAX_JITTER_S = 24 * 3600.0
+"""Jitter above a day is refused: it would spread a daily job over the next day's run."""
 SEARCH_HORIZON_DAYS = 146_097  # 400 Gregorian years: no match in that span means never
 _ONE_US = timedelta(microseconds=1)
 # A fold longer than this is unknown in tzdata (Antarctica/Troll's is 2 h): used to bound the
@@ -357,12 +371,15 @@ class OneTime:
 
 @dataclass(frozen=True)
 class Cron:
-    """Run at every match of ``expr`` in ``timezone``, within [start_at, end_at] if given."""
+    """Run at every match of ``expr`` in ``timezone``, within [start_at, end_at] if given;
+    each occurrence ``jitter_ms`` late, none on a date ``calendar`` excludes."""
 
     expr: str
     timezone: str = "UTC"
     start_at: datetime | None = None
     end_at: datetime | None = None
+    jitter_s: float = 0.0
+    calendar: Calendar | None = None
     spec: CronSpec = field(init=False, repr=False, compare=False)
     tz: ZoneInfo = field(init=False, repr=False, compare=False)
 
@@ -373,6 +390,16 @@ class Cron:
             object.__setattr__(self, "start_at", _aware_utc(self.start_at, "schedule.start_at"))
         if self.end_at is not None:
             object.__setattr__(self, "end_at", _aware_utc(self.end_at, "schedule.end_at"))
+        jitter = self.jitter_s
+        # bool is an int: `true` is not a number of seconds
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float):
+            raise InvalidSchedule("schedule.jitter_s must be a number", field="schedule.jitter_s")
+        if not 0 <= jitter <= MAX_JITTER_S:  # also refuses NaN
+            raise InvalidSchedule(
+                f"schedule.jitter_s must lie in [0, {MAX_JITTER_S:.0f}] seconds, not {jitter}",
+                field="schedule.jitter_s",
+            )
+        object.__setattr__(self, "jitter_s", float(jitter))
         if self.start_at is not None and self.end_at is not None and self.end_at < self.start_at:
             raise InvalidSchedule(
                 f"end_at {self.end_at.isoformat()} is before start_at {self.start_at.isoformat()}",
@@ -404,7 +431,7 @@ def _parse_timestamp(value: Any, field_name: str) -> datetime:
     return _aware_utc(parsed, field_name)
 
 
-_CRON_KEYS = frozenset({"cron", "timezone", "start_at", "end_at"})
+_CRON_KEYS = frozenset({"cron", "timezone", "start_at", "end_at", "jitter_s", "calendar"})
 
 
 def parse_schedule(obj: Mapping[str, Any]) -> Schedule:
@@ -441,12 +468,29 @@ def parse_schedule(obj: Mapping[str, Any]) -> Schedule:
         raise UnknownTimezone("schedule.timezone must be a string", field="schedule.timezone")
     start_at = obj.get("start_at")
     end_at = obj.get("end_at")
+    jitter_s = obj.get("jitter_s")
     return Cron(
         expr,
         timezone,
         None if start_at is None else _parse_timestamp(start_at, "schedule.start_at"),
         None if end_at is None else _parse_timestamp(end_at, "schedule.end_at"),
+        0.0 if jitter_s is None else jitter_s,
+        _calendar(obj.get("calendar")),
     )
+
+
+def _calendar(raw: Any) -> Calendar | None:
+    """A calendar's rules (an object). A bare NAME is resolved by the REST API against its
+    stored calendars before the body comes here; anywhere else it cannot be."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        raise InvalidSchedule(
+            f"schedule.calendar {raw[:100]!r} is a calendar name: only the REST API resolves "
+            "names (POST /v1/calendars); elsewhere give the calendar's rules as an object",
+            field="schedule.calendar",
+        )
+    return parse_calendar(raw, "schedule.calendar")
 
 
 def _rfc3339(value: datetime) -> str:
@@ -462,6 +506,10 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
         out["start_at"] = _rfc3339(schedule.start_at)
     if schedule.end_at is not None:
         out["end_at"] = _rfc3339(schedule.end_at)
+    if schedule.jitter_s:
+        out["jitter_s"] = schedule.jitter_s
+    if schedule.calendar is not None:
+        out["calendar"] = calendar_to_dict(schedule.calendar)
     return out
 
 
@@ -559,6 +607,51 @@ def fires_between(
         out.append(t)
         if len(out) >= limit:
             break
+    return out
+
+
+def jitter_ms(job_id: str, nominal_ms: int, jitter_s: float) -> int:
+    """The delay of one occurrence: uniform-ish in [0, jitter_s] (whole ms), derived from the
+    job id and the nominal occurrence only, so every scheduler, before and after a restart or
+    a failover, computes the same fire time (and no state has to remember it)."""
+    bound_ms = int(jitter_s * 1000)
+    if bound_ms <= 0:
+        return 0
+    digest = hashlib.blake2b(f"{job_id}/{nominal_ms}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (bound_ms + 1)
+
+
+def fire_at(schedule: Schedule, job_id: str, nominal: datetime) -> datetime:
+    """When the occurrence ``nominal`` actually fires: nominal + its jitter (cron only)."""
+    if isinstance(schedule, OneTime) or not schedule.jitter_s:
+        return nominal
+    nominal_ms = int(nominal.timestamp() * 1000)
+    return nominal + timedelta(milliseconds=jitter_ms(job_id, nominal_ms, schedule.jitter_s))
+
+
+def excluded(schedule: Schedule, nominal: datetime) -> bool:
+    """Does the job's calendar exclude this occurrence (by its date in the calendar's zone)?"""
+    return (
+        isinstance(schedule, Cron)
+        and schedule.calendar is not None
+        and schedule.calendar.excludes(nominal)
+    )
+
+
+MAX_UPCOMING_SCAN = 10_000
+"""Nominal occurrences ``upcoming`` looks at for the ones a calendar lets through."""
+
+
+def upcoming(schedule: Schedule, job_id: str, first: datetime | None, count: int) -> list[datetime]:
+    """The fire times (jitter included) of the next ``count`` occurrences from the nominal
+    ``first`` on (inclusive), those a calendar excludes left out; what ``next_runs`` shows."""
+    out: list[datetime] = []
+    nominal, scanned = first, 0
+    while nominal is not None and len(out) < count and scanned < MAX_UPCOMING_SCAN:
+        scanned += 1
+        if not excluded(schedule, nominal):
+            out.append(fire_at(schedule, job_id, nominal))
+        nominal = next_fire(schedule, nominal)
     return out
 
 
