@@ -17,6 +17,12 @@ with every claim of an execution and a stale holder is recognisable wherever it 
   after this succeeded, so a zombie's result never reaches the scheduler.
 - **release**: a worker handing work back (shutdown) expires its leases at once, so the next
   owner need not wait for the TTL.
+- **limits** (migration 0009, issue 18): an execution whose job has a concurrency or a rate
+  limit is claimed by ``duetime_claim_limited`` instead, in one transaction per batch: the
+  slot of its concurrency key (its live leases) and a token of its rate key's bucket are
+  taken in the same transaction as the lease, or the answer is ``limited`` (``waiting``:
+  ``concurrency`` or ``rate``) and nothing is written. Executions without limits never run
+  that function: their claim is the statement above, unchanged.
 - **cancel** (migration 0005): a claim records the execution's ``job_id`` and ``dag_run_id``;
   ``cancel.request_cancel`` sets ``cancel_requested_at`` on the held rows of a job (or DAG
   run). Every renewal answers which of the renewed leases carry the flag (the holder stops
@@ -77,6 +83,18 @@ WHERE l.attempt < excluded.attempt
 RETURNING execution_id::text, fencing_token, cancel_requested_at IS NOT NULL
 """
 
+_CLAIM_LIMITED = """
+SELECT execution_id, token, cancelled, waiting, retry_in_s FROM duetime_claim_limited(
+    %(owner)s, %(ttl_s)s, %(ids)s::uuid[], %(attempts)s::int[], %(jobs)s::text[],
+    %(runs)s::text[], %(ckeys)s::text[], %(climits)s::int[], %(rkeys)s::text[],
+    %(rates)s::float8[], %(bursts)s::int[])
+"""
+
+_PURGE_BUCKETS = """
+DELETE FROM rate_buckets WHERE key = ANY(ARRAY(
+    SELECT key FROM rate_buckets WHERE full_at < now() LIMIT %(limit)s))
+"""
+
 _INSPECT = """
 SELECT execution_id::text, attempt, state, owner,
        greatest(0, extract(epoch FROM expires_at - now()))::float8, result
@@ -115,6 +133,9 @@ DELETE FROM leases WHERE ctid = ANY(ARRAY(
 """
 
 
+LIMITED = "limited"
+"""The conflict of a claim refused by a limit (see :class:`Claim`'s ``waiting``)."""
+
 BUSY_RECHECK_S = 1.0
 """A lease held by another worker is claimed again at most this long after a ``busy``
 answer (a conflict costs one small statement; it only happens after a rebalance)."""
@@ -134,6 +155,19 @@ class Claim:
     owner: str | None = None
     cancelled: bool = False
     """Claimed, but a cancel was already requested for this execution: do not run it."""
+    waiting: str | None = None
+    """``limited``: which limit refused the claim, ``concurrency`` or ``rate``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The resolved limits of one execution (``duetime.core.keys`` resolved the keys)."""
+
+    concurrency_key: str | None = None
+    concurrency_limit: int = 0
+    rate_key: str | None = None
+    per_s: float = 0.0
+    burst: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +289,7 @@ class _Batcher(Generic[I, O]):
 
 _ClaimItem = tuple[str, int, str | None, str | None]
 """(execution_id, attempt, job_id, dag_run_id)"""
+_LimitedItem = tuple[str, int, str | None, str | None, Limits]
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +338,9 @@ class LeaseStore:
         self._claims: _Batcher[_ClaimItem, Claim] = _Batcher(
             "claim", self._claim_batch, max_batch, self.stopping
         )
+        self._limited_claims: _Batcher[_LimitedItem, Claim] = _Batcher(
+            "claim_limited", self._claim_limited_batch, max_batch, self.stopping
+        )
         self._completions = _Batcher("complete", self._complete_batch, max_batch, self.stopping)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -315,6 +353,7 @@ class LeaseStore:
         await self._fast_pool.open(wait=False)
         self._tasks = [
             asyncio.create_task(self._claims.run(), name="lease-claims"),
+            asyncio.create_task(self._limited_claims.run(), name="lease-limited-claims"),
             asyncio.create_task(self._completions.run(), name="lease-completions"),
         ]
 
@@ -324,6 +363,7 @@ class LeaseStore:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._claims.fail_all(DatabaseUnavailable("worker stopped"))
+        self._limited_claims.fail_all(DatabaseUnavailable("worker stopped"))
         self._completions.fail_all(DatabaseUnavailable("worker stopped"))
         await self._pool.close()
         await self._fast_pool.close()
@@ -336,9 +376,17 @@ class LeaseStore:
         attempt: int,
         job_id: str | None = None,
         dag_run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> Claim:
-        """Claim the lease; ``job_id`` and ``dag_run_id`` let a cancel find it later."""
-        return await self._claims.submit((execution_id, attempt, job_id, dag_run_id))
+        """Claim the lease; ``job_id`` and ``dag_run_id`` let a cancel find it later.
+
+        With ``limits``, the lease is claimed only with a slot of its concurrency key and a
+        token of its rate key, or the answer is a ``limited`` conflict saying which."""
+        if limits is None:
+            return await self._claims.submit((execution_id, attempt, job_id, dag_run_id))
+        return await self._limited_claims.submit(
+            (execution_id, attempt, job_id, dag_run_id, limits)
+        )
 
     async def complete(self, execution_id: str, token: int, outcome: str, result: bytes) -> bool:
         """True when the lease was still ours and is now done; False: it was taken over."""
@@ -387,6 +435,8 @@ class LeaseStore:
         """Delete up to ``limit`` leases finished more than ``age_s`` ago."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(_PURGE, {"age_s": age_s, "limit": limit})
+            # full buckets: a missing bucket counts as full, so this changes no answer
+            await conn.execute(_PURGE_BUCKETS, {"limit": limit})
             return cur.rowcount
 
     # --- batches --------------------------------------------------------------------------
@@ -423,6 +473,52 @@ class LeaseStore:
                 answers.append(Claim(token=got[0], cancelled=got[1]))
                 continue
             answers.append(_conflict(held.get(execution_id), attempt, self.ttl_s))
+        return answers
+
+    async def _claim_limited_batch(self, items: list[_LimitedItem]) -> list[Claim]:
+        # one execution once per transaction: a duplicate waits for the next batch
+        firsts: dict[str, _LimitedItem] = {}
+        for item in items:
+            firsts.setdefault(item[0], item)
+        chosen = list(firsts.values())
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(
+                _CLAIM_LIMITED,
+                {
+                    "owner": self.owner,
+                    "ttl_s": self.ttl_s,
+                    "ids": [i[0] for i in chosen],
+                    "attempts": [i[1] for i in chosen],
+                    "jobs": [i[2] for i in chosen],
+                    "runs": [i[3] for i in chosen],
+                    "ckeys": [i[4].concurrency_key for i in chosen],
+                    "climits": [i[4].concurrency_limit for i in chosen],
+                    "rkeys": [i[4].rate_key for i in chosen],
+                    "rates": [i[4].per_s for i in chosen],
+                    "bursts": [i[4].burst for i in chosen],
+                },
+            )
+            answered = {row[0]: row for row in await cur.fetchall()}
+            missing = [e for e in firsts if e not in answered]
+            held: dict[str, tuple[Any, ...]] = {}
+            if missing:
+                cur = await conn.execute(_INSPECT, {"ids": missing})
+                held = {row[0]: row for row in await cur.fetchall()}
+        answers: list[Claim] = []
+        used: set[str] = set()
+        for execution_id, attempt, _, _, _ in items:
+            row = answered.get(execution_id)
+            if row is None or execution_id in used:
+                answers.append(_conflict(held.get(execution_id), attempt, self.ttl_s))
+                continue
+            used.add(execution_id)
+            _, token, cancelled_flag, waiting, retry_in_s = row
+            if token is None:
+                answers.append(
+                    Claim(conflict=LIMITED, waiting=waiting, retry_in_s=float(retry_in_s or 0))
+                )
+            else:
+                answers.append(Claim(token=token, cancelled=bool(cancelled_flag)))
         return answers
 
     async def _complete_batch(self, items: list[_Completion]) -> list[bool]:

@@ -1,0 +1,125 @@
+-- duetime schema, version 9: concurrency and rate limits per key (issue 18, items 1 and 2).
+--
+-- leases.concurrency_key: the resolved concurrency key of the execution holding the lease
+-- (NULL: the job has no concurrency limit). The live leases of a key are its taken slots: a
+-- slot frees when its lease is completed ('done'), released (expires_at = now()) or expires
+-- (a crashed worker's). Only duetime_claim_limited below writes it.
+ALTER TABLE leases ADD COLUMN concurrency_key text;
+CREATE INDEX leases_held_concurrency_key ON leases (concurrency_key)
+    WHERE state = 'held' AND concurrency_key IS NOT NULL;
+
+-- One token bucket per rate key, shared by every worker. tokens: what the bucket held at
+-- refilled_at; full_at: when it will be full again (the janitor deletes buckets past it: a
+-- missing bucket is a full one, so deleting it changes nothing).
+CREATE TABLE rate_buckets (
+    key text PRIMARY KEY,
+    tokens double precision NOT NULL,
+    refilled_at timestamptz NOT NULL,
+    full_at timestamptz NOT NULL
+);
+CREATE INDEX rate_buckets_full_at ON rate_buckets (full_at);
+
+-- The claim of a batch of leases whose executions carry limits, in one transaction (one
+-- round trip). Per execution, in the batch's order:
+--   1. the lease row must be claimable exactly as in the plain claim (no row, an older
+--      attempt, or this attempt's expired lease); if not, nothing is returned for it and the
+--      caller inspects the row (busy, done, stale) as it does for a plain claim;
+--   2. concurrency: a held lease of the key past its expiry gives its slot up and is fenced
+--      out (new token: its holder's renewal and completion fail); if the live leases of the
+--      key number `limit` or more, the answer is waiting = 'concurrency';
+--   3. rate: the bucket refills (min(burst, tokens + elapsed * per_s)); without one whole
+--      token the answer is waiting = 'rate' with the seconds until the next token
+--      (duetime.core.keys.take_token is the same arithmetic);
+--   4. the lease is inserted or taken over with the key, as the plain claim does, and the
+--      token is spent.
+-- Every key of the batch is locked first (transaction advisory locks, in one global order:
+-- two batches cannot deadlock), so two workers never both see the same free slot; each
+-- statement after the locks sees what the previous holders committed (READ COMMITTED takes
+-- a snapshot per statement). Bucket times use clock_timestamp() after the lock, so a key's
+-- refills never go back in time.
+CREATE FUNCTION duetime_claim_limited(
+    p_owner text, p_ttl_s double precision,
+    p_ids uuid[], p_attempts int[], p_jobs text[], p_runs text[],
+    p_ckeys text[], p_climits int[], p_rkeys text[], p_rates double precision[], p_bursts int[]
+) RETURNS TABLE (execution_id text, token bigint, cancelled boolean, waiting text,
+                 retry_in_s double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+    lock_key bigint;
+    live int;
+    avail double precision;
+    at timestamptz;
+BEGIN
+    FOR lock_key IN
+        SELECT DISTINCT h FROM (
+            SELECT hashtextextended('c:' || k, 0) AS h FROM unnest(p_ckeys) AS k WHERE k IS NOT NULL
+            UNION ALL
+            SELECT hashtextextended('r:' || k, 0) FROM unnest(p_rkeys) AS k WHERE k IS NOT NULL
+        ) AS keys ORDER BY h
+    LOOP
+        PERFORM pg_advisory_xact_lock(lock_key);
+    END LOOP;
+    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM leases AS l
+            WHERE l.execution_id = p_ids[i]
+              AND NOT (l.attempt < p_attempts[i]
+                       OR (l.attempt = p_attempts[i] AND l.state = 'held'
+                           AND l.expires_at < now())));
+        IF p_ckeys[i] IS NOT NULL THEN
+            UPDATE leases AS l
+            SET fencing_token = nextval('lease_fencing_tokens'), concurrency_key = NULL,
+                updated_at = now()
+            WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held' AND l.expires_at < now();
+            SELECT count(*) INTO live FROM leases AS l
+            WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held';
+            IF live >= p_climits[i] THEN
+                execution_id := p_ids[i]::text; token := NULL; cancelled := false;
+                waiting := 'concurrency'; retry_in_s := NULL;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+        END IF;
+        IF p_rkeys[i] IS NOT NULL THEN
+            at := clock_timestamp();
+            SELECT least(p_bursts[i]::double precision,
+                         b.tokens + greatest(0, extract(epoch FROM at - b.refilled_at))
+                                    * p_rates[i])
+            INTO avail FROM rate_buckets AS b WHERE b.key = p_rkeys[i];
+            avail := coalesce(avail, p_bursts[i]::double precision);  -- no bucket: a full one
+            IF avail < 1 THEN
+                execution_id := p_ids[i]::text; token := NULL; cancelled := false;
+                waiting := 'rate'; retry_in_s := (1 - avail) / p_rates[i];
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            INSERT INTO rate_buckets AS b (key, tokens, refilled_at, full_at)
+            VALUES (p_rkeys[i], avail - 1, at,
+                    at + make_interval(secs => (p_bursts[i] - (avail - 1)) / p_rates[i]))
+            ON CONFLICT (key) DO UPDATE
+            SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+                full_at = excluded.full_at;
+        END IF;
+        INSERT INTO leases AS l
+            (execution_id, attempt, owner, fencing_token, expires_at, state, claimed_at,
+             updated_at, job_id, dag_run_id, concurrency_key)
+        VALUES (p_ids[i], p_attempts[i], p_owner, nextval('lease_fencing_tokens'),
+                now() + make_interval(secs => p_ttl_s), 'held', now(), now(), p_jobs[i],
+                p_runs[i], p_ckeys[i])
+        ON CONFLICT ON CONSTRAINT leases_pkey DO UPDATE
+        SET attempt = excluded.attempt, owner = excluded.owner,
+            fencing_token = excluded.fencing_token, expires_at = excluded.expires_at,
+            state = 'held', outcome = NULL, result = NULL, claimed_at = now(),
+            updated_at = now(), job_id = excluded.job_id, dag_run_id = excluded.dag_run_id,
+            concurrency_key = excluded.concurrency_key
+        -- the plain claim's condition again: step 1 ran without the row's lock
+        WHERE l.attempt < excluded.attempt
+           OR (l.attempt = excluded.attempt AND l.state = 'held' AND l.expires_at < now())
+        RETURNING l.fencing_token, l.cancel_requested_at IS NOT NULL INTO token, cancelled;
+        CONTINUE WHEN NOT FOUND;  -- taken meanwhile: the caller inspects the row
+        execution_id := p_ids[i]::text; waiting := NULL; retry_in_s := NULL;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
