@@ -14,9 +14,12 @@ broker's ports and the same bootstrap address works for both layouts. ``down`` a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -153,21 +156,39 @@ class LocalStack:
 
     # --- sharing one stack between processes (parallel test sessions) ----------------------
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the stack's lock file: parallel sessions bring the services up and down one at a
+        time (two sessions starting PostgreSQL at once made one fail; one stopping it while
+        another started it left the other without a server)."""
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        with open(self.settings.home / "stack.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def acquire(self) -> None:
-        """Register this process as a user of the stack (see ``release``)."""
-        users = self.settings.home / "users"
-        users.mkdir(parents=True, exist_ok=True)
-        (users / str(os.getpid())).touch()
+        """Register this process as a user of the stack and bring it up (see ``release``)."""
+        with self._exclusive():
+            users = self.settings.home / "users"
+            users.mkdir(parents=True, exist_ok=True)
+            (users / str(os.getpid())).touch()
+            self.up()
 
     def release(self) -> bool:
         """Unregister; stop the services when no other live process uses them. True if stopped."""
-        users = self.settings.home / "users"
-        (users / str(os.getpid())).unlink(missing_ok=True)
-        others = [f for f in users.iterdir() if f.name.isdigit() and pid_alive(int(f.name))]
-        for stale in set(users.iterdir()) - set(others):
-            stale.unlink(missing_ok=True)
-        if others:
-            log.info("stack still used by pids %s: leaving it running", [f.name for f in others])
-            return False
-        self.down()
-        return True
+        with self._exclusive():
+            users = self.settings.home / "users"
+            (users / str(os.getpid())).unlink(missing_ok=True)
+            others = [f for f in users.iterdir() if f.name.isdigit() and pid_alive(int(f.name))]
+            for stale in set(users.iterdir()) - set(others):
+                stale.unlink(missing_ok=True)
+            if others:
+                log.info(
+                    "stack still used by pids %s: leaving it running", [f.name for f in others]
+                )
+                return False
+            self.down()
+            return True

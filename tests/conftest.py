@@ -29,13 +29,16 @@ from psycopg import sql
 
 from duetime.core.config import CommonSettings, Env
 from duetime.core.topics import Topics
+from duetime.infra.process import pid_alive
 
 if TYPE_CHECKING:
     from tests.helpers import RunningScheduler
     from tests.integration.test_worker_support import Sink
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE_DB = "duetime_template"
+# one template per test session: parallel sessions each migrate their own (one session's
+# DROP of a shared template failed another's CREATE DATABASE ... TEMPLATE mid-run)
+TEMPLATE_DB = f"duetime_template_{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,8 @@ def services() -> Iterator[Services]:
             kafka_heap_mb=512,
         )
     )
-    stack.acquire()
+    stack.acquire()  # registers this session and brings the servers up, under the stack's lock
     try:
-        stack.up()
         yield Services(stack.bootstrap_servers, stack.database_url, "local")
     finally:
         stack.release()  # stops the servers unless another test session still uses them
@@ -119,17 +121,24 @@ def _containers() -> Iterator[Services]:
 
 
 @pytest.fixture(scope="session")
-def template_database(services: Services) -> str:
+def template_database(services: Services) -> Iterator[str]:
     """A migrated database that every test's database is cloned from."""
     from duetime.infra.migrate import migrate
 
     with psycopg.connect(services.admin_database_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE_DB))
-        )
+        names = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'duetime\\_template\\_%'"
+        ).fetchall()
+        for (name,) in names:  # this session's, and those of sessions that died
+            pid = name.rpartition("_")[2]
+            if name == TEMPLATE_DB or (pid.isdigit() and not pid_alive(int(pid))):
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE_DB)))
     migrate(services.database_url(TEMPLATE_DB))
-    return TEMPLATE_DB
+    yield TEMPLATE_DB
+    _drop_database(services, TEMPLATE_DB)
 
 
 @pytest.fixture
