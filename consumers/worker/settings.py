@@ -13,6 +13,15 @@ What jobs may reach (see ``policy.py``; each is checked at run time, on every at
   (cloud metadata), multicast and other special ranges are denied whatever it says.
 - ``DUETIME_SECRET_<NAME>``: the value ``${secret:NAME}`` stands for in an HTTP target's header
   values. Read once at start; never logged, never in this object's ``repr``.
+
+Which work it takes:
+
+- ``DUETIME_WORKER_QUEUES``: comma list of the queues this worker serves (default
+  ``default``); it subscribes to their execution topics only. A queue whose topics are missing
+  stops the worker at start with an error naming it (``duetime queues create NAME``).
+- ``DUETIME_WORKER_NEW_GROUP_START``: where a partition the worker group has never committed
+  starts: ``end`` (default: a new pool does not replay the topics' history; what it skips and
+  nobody answers is re-emitted by the scheduler's rescuer) or ``beginning``.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from duetime.consumers.tasks import check_module_prefixes
 from duetime.core.config import CommonSettings, Env
 from duetime.core.errors import ConfigError
 from duetime.core.priority import reserved_slots
+from duetime.core.topics import DEFAULT_QUEUE, check_queue
 
 from .policy import EgressPolicy, check_topic_allow_list
 
@@ -78,10 +88,33 @@ class WorkerSettings:
     """If set, the only topics Kafka targets may publish to (``*`` suffix: a prefix)."""
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     """Which addresses HTTP targets may reach (``DUETIME_WORKER_EGRESS_ALLOW``)."""
+    queues: tuple[str, ...] = (DEFAULT_QUEUE,)
+    """The queues this worker serves (``DUETIME_WORKER_QUEUES``)."""
+    new_group_start: str = "end"
+    """``end`` or ``beginning``: where a partition without a committed offset starts."""
     secrets: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), repr=False, compare=False, hash=False
     )
     """``{NAME: value}`` from ``DUETIME_SECRET_<NAME>``, for ``${secret:NAME}`` references."""
+
+    def _check_queues(self) -> None:
+        if not self.queues:
+            raise ConfigError(
+                "DUETIME_WORKER_QUEUES names no queue",
+                details={"variable": "DUETIME_WORKER_QUEUES"},
+            )
+        if len(set(self.queues)) != len(self.queues):
+            raise ConfigError(
+                f"DUETIME_WORKER_QUEUES names a queue twice: {','.join(self.queues)[:300]}",
+                details={"variable": "DUETIME_WORKER_QUEUES"},
+            )
+        for queue in self.queues:
+            try:
+                check_queue(queue)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"DUETIME_WORKER_QUEUES: {exc}", details={"variable": "DUETIME_WORKER_QUEUES"}
+                ) from None
 
     @property
     def reserved_critical(self) -> int:
@@ -139,6 +172,14 @@ class WorkerSettings:
             python_modules=env.items("DUETIME_WORKER_PYTHON_MODULES"),
             kafka_topics=env.items("DUETIME_WORKER_KAFKA_TOPICS"),
             egress=EgressPolicy.parse(env.items("DUETIME_WORKER_EGRESS_ALLOW")),
+            queues=(
+                env.items("DUETIME_WORKER_QUEUES")
+                if env.raw("DUETIME_WORKER_QUEUES") is not None
+                else (DEFAULT_QUEUE,)
+            ),
+            new_group_start=env.choice(
+                "DUETIME_WORKER_NEW_GROUP_START", cls.new_group_start, ("end", "beginning")
+            ),
             secrets=MappingProxyType(dict(secrets or {})),
         )
         settings.validate()
@@ -154,6 +195,7 @@ class WorkerSettings:
             except ValueError as exc:
                 raise ConfigError(str(exc), details={"variable": variable}) from None
         check_topic_allow_list(self.kafka_topics, "DUETIME_WORKER_KAFKA_TOPICS")
+        self._check_queues()
         if self.buffer < self.concurrency:
             raise ConfigError(
                 f"DUETIME_WORKER_BUFFER={self.buffer} must be at least "

@@ -2,15 +2,42 @@
 
 Every job-keyed topic has the same partition count, so the owner of partition p of one topic
 owns partition p of all (DESIGN.md). Names carry a configurable prefix (default ``duetime.``).
+
+Queues: the ``default`` queue's execution topics are ``<prefix>exec.<priority>`` (the names
+from before queues existed); queue ``Q`` has ``<prefix>exec.<Q>.<priority>``. A queue name has
+no dot, so a name maps to one (queue, priority) and back (:meth:`Topics.parse_execution`). A
+queue exists when its four topics do: the topics are the registry (docs/decisions.md).
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .models import PRIORITY_ORDER, Priority
 from .poison import TOPIC_MAX_BYTES
+
+DEFAULT_QUEUE = "default"
+QUEUE_PATTERN = r"[a-z0-9][a-z0-9_-]{0,47}"
+"""A queue name: lower-case letters, digits, ``_`` and ``-``, at most 48 characters, no dot
+(the dot separates it from the priority in a topic name)."""
+_QUEUE_RE = re.compile(QUEUE_PATTERN)
+
+
+def check_queue(name: object) -> str:
+    """``name`` if it is a valid queue name, else ValueError saying what is wrong."""
+    if not isinstance(name, str):
+        raise ValueError(f"a queue name is a string, not {type(name).__name__}")
+    if not _QUEUE_RE.fullmatch(name):
+        shown = name if len(name) <= 60 else name[:60] + "..."
+        raise ValueError(
+            f"invalid queue name {shown!r}: 1 to 48 characters of a-z, 0-9, '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
 
 # Compaction keeps only the latest record per key, which is what a definition or a changelog
 # needs; min.compaction.lag keeps a few seconds of history for consumers that are just behind.
@@ -85,12 +112,68 @@ class Topics:
         """The schedulers' clock probes (LogAppendTime: the broker's time; one partition)."""
         return self.prefix + "clock"
 
-    def execution(self, priority: Priority | str) -> str:
-        return f"{self.prefix}exec.{Priority(priority).value}"
+    def execution(self, priority: Priority | str, queue: str = DEFAULT_QUEUE) -> str:
+        """The execution topic of ``queue`` for ``priority`` (the queue name is not checked
+        here: callers validate it at their edge, see :func:`check_queue`)."""
+        if queue == DEFAULT_QUEUE:
+            return f"{self.prefix}exec.{Priority(priority).value}"
+        return f"{self.prefix}exec.{queue}.{Priority(priority).value}"
+
+    def executions_of(self, queue: str) -> list[str]:
+        """The four execution topics of ``queue``, most urgent first."""
+        return [self.execution(p, queue) for p in PRIORITY_ORDER]
 
     @property
     def executions(self) -> list[str]:
-        return [self.execution(p) for p in PRIORITY_ORDER]
+        """The default queue's execution topics."""
+        return self.executions_of(DEFAULT_QUEUE)
+
+    @property
+    def executions_regex(self) -> str:
+        """A subscription pattern matching every queue's execution topics (librdkafka treats
+        a name starting with ``^`` as a regex, and re-checks it as topics appear)."""
+        return "^" + re.escape(self.prefix) + r"exec\..*"
+
+    def parse_execution(self, topic: str) -> tuple[str, Priority] | None:
+        """(queue, priority) of an execution topic under this prefix, else None."""
+        head = self.prefix + "exec."
+        if not topic.startswith(head):
+            return None
+        parts = topic[len(head) :].split(".")
+        queue = DEFAULT_QUEUE
+        if len(parts) == 2:
+            queue = parts[0]
+            # the default queue has one spelling only: exec.<priority>
+            if queue == DEFAULT_QUEUE or not _QUEUE_RE.fullmatch(queue):
+                return None
+        elif len(parts) != 1:
+            return None
+        try:
+            return queue, Priority(parts[-1])
+        except ValueError:
+            return None
+
+    def queues_in(self, topic_names: Iterable[str]) -> dict[str, set[Priority]]:
+        """Queue → the priorities whose execution topic is among ``topic_names``."""
+        found: dict[str, set[Priority]] = {}
+        for name in topic_names:
+            parsed = self.parse_execution(name)
+            if parsed is not None:
+                found.setdefault(parsed[0], set()).add(parsed[1])
+        return found
+
+    def complete_queues(self, topic_names: Iterable[str]) -> set[str]:
+        """The queues all four of whose execution topics are among ``topic_names``: the
+        queues that exist."""
+        return {
+            q for q, ps in self.queues_in(topic_names).items() if len(ps) == len(PRIORITY_ORDER)
+        }
+
+    def queue_specs(self, queue: str, partitions: int) -> list[TopicSpec]:
+        """The topics of one queue, configured like the default queue's."""
+        return [
+            TopicSpec(t, partitions, dict(_EVENTS), "execution") for t in self.executions_of(queue)
+        ]
 
     def specs(self, partitions: int) -> list[TopicSpec]:
         """Every topic duetime uses, with its configuration."""
@@ -107,7 +190,7 @@ class Topics:
                 self.poison, partitions, {**_DEAD, "max.message.bytes": str(TOPIC_MAX_BYTES)}, None
             ),
         ]
-        specs += [TopicSpec(t, partitions, dict(_EVENTS), "execution") for t in self.executions]
+        specs += self.queue_specs(DEFAULT_QUEUE, partitions)
         specs.append(TopicSpec(self.clock, 1, dict(_CLOCK), None))
         return specs
 
@@ -116,6 +199,8 @@ class Topics:
         try:
             return _event_types(self.prefix)[topic]
         except KeyError:
+            if self.parse_execution(topic) is not None:  # another queue's execution topic
+                return "execution"
             raise KeyError(f"{topic} is not a duetime topic under prefix {self.prefix!r}") from None
 
 

@@ -1,5 +1,6 @@
 """Routes of the figures the web dashboard draws: jobs by status, dead-letter depth,
-executions per time bucket by outcome, start lateness percentiles, consumer lag per priority.
+executions per time bucket by outcome, start lateness percentiles (all queues, or one:
+``?queue=``), consumer lag per queue and priority (``duetime.core.lag``).
 
 Everything is computed on request from the PostgreSQL projection and, for the lag, from
 Kafka's end offsets and a consumer group's committed offsets: nothing here is cached or
@@ -13,16 +14,12 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-
-# confluent-kafka defines OffsetSpec in a private module and re-exports it from .admin without
-# marking the re-export (no __all__ entry, no "as"), and leaves its constructors unannotated
-# (errors under --strict only, hence unused-ignore for the plain configuration)
-from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined, unused-ignore]
+from confluent_kafka import KafkaException
 from fastapi import APIRouter, Query
 
-from duetime.core.models import PRIORITY_ORDER
-from duetime.core.topics import Topics
+from duetime.core.errors import NotFound
+from duetime.core.lag import QueueLag, queue_lag
+from duetime.core.topics import DEFAULT_QUEUE, QUEUE_PATTERN, Topics
 
 from .deps import Res
 from .errors import Unavailable
@@ -75,6 +72,9 @@ async def executions(
     res: Res,
     window_s: int = Query(3600, ge=60, le=7 * 86400, description="how far back"),
     bucket_s: int = Query(60, ge=5, le=86400, description="bucket width"),
+    queue: str | None = Query(
+        None, pattern="^" + QUEUE_PATTERN + "$", description="executions of this queue only"
+    ),
 ) -> dict[str, Any]:
     count = math.ceil(window_s / bucket_s)
     if count > MAX_BUCKETS:
@@ -91,16 +91,17 @@ async def executions(
         cur = await conn.execute(
             f"SELECT {bucket.format(col='finished_at')} AS b, status, count(*) FROM executions "
             "WHERE scheduled_at >= %s AND finished_at >= %s AND status = ANY(%s) "
-            "GROUP BY 1, 2",
-            (since - FINISH_SLACK, since, list(OUTCOMES)),
+            "AND (%s::text IS NULL OR queue = %s) GROUP BY 1, 2",
+            (since - FINISH_SLACK, since, list(OUTCOMES), queue, queue),
         )
         outcome_rows = await cur.fetchall()
         cur = await conn.execute(
             f"SELECT {bucket.format(col='scheduled_at')} AS b, count(*), "
             "percentile_cont(0.5) WITHIN GROUP (ORDER BY lateness_ms), "
             "percentile_cont(0.99) WITHIN GROUP (ORDER BY lateness_ms) FROM executions "
-            "WHERE scheduled_at >= %s AND lateness_ms IS NOT NULL GROUP BY 1",
-            (since,),
+            "WHERE scheduled_at >= %s AND lateness_ms IS NOT NULL "
+            "AND (%s::text IS NULL OR queue = %s) GROUP BY 1",
+            (since, queue, queue),
         )
         lateness_rows = await cur.fetchall()
     buckets: dict[int, dict[str, Any]] = {
@@ -122,6 +123,7 @@ async def executions(
     return {
         "window_s": window_s,
         "bucket_s": bucket_s,
+        "queue": queue,
         "at": now,
         "buckets": list(buckets.values()),
     }
@@ -131,68 +133,37 @@ async def executions(
     "/stats/lag",
     response_model=ConsumerLagOut,
     responses=errors(400, 401, 503),
-    summary="consumer lag per priority: execution requests not yet consumed by a worker group",
+    summary="consumer lag per queue and priority: execution requests a worker group has not "
+    "consumed yet (records, transaction markers not counted)",
 )
 async def lag(
     res: Res,
     group: str | None = Query(
         None, min_length=1, max_length=200, description="worker group (default <prefix>workers)"
     ),
+    queue: str | None = Query(
+        None, pattern="^" + QUEUE_PATTERN + "$", description="this queue only"
+    ),
 ) -> dict[str, Any]:
-    topics = Topics(res.settings.common.topic_prefix)
+    common = res.settings.common
+    topics = Topics(common.topic_prefix)
     name = group or f"{topics.prefix}workers"
+
+    def measure() -> list[QueueLag]:
+        only = None if queue is None else [queue]
+        return queue_lag(common, res.admin, topics, name, queues=only)
+
     try:
-        per_topic = await asyncio.wait_for(asyncio.to_thread(_lag, res, topics, name), 10.0)
+        queues = await asyncio.wait_for(asyncio.to_thread(measure), 15.0)
     except (TimeoutError, KafkaException) as exc:
         raise Unavailable(f"Kafka did not answer: {exc}"[:300]) from None
+    if queue is not None and not queues:
+        raise NotFound(f"no queue {queue}", details={"queue": queue})
+    default = next((q for q in queues if q.queue == DEFAULT_QUEUE), None)
     return {
         "group": name,
         "at": res.now(),
-        "priorities": [
-            {"priority": p.value, "topic": topics.execution(p), **per_topic[topics.execution(p)]}
-            for p in PRIORITY_ORDER
-        ],
+        # the default queue's, as before queues existed
+        "priorities": [] if default is None else default.as_dict()["priorities"],
+        "queues": [q.as_dict() for q in queues],
     }
-
-
-def _lag(res: Any, topics: Topics, group: str) -> dict[str, dict[str, int]]:
-    """Per execution topic: end offsets, committed offsets of ``group`` and their difference
-    (a partition the group never committed counts from its first retained offset)."""
-    admin = res.admin
-    names = topics.executions
-    md = admin.list_topics(timeout=5)
-    tps = [
-        TopicPartition(t, p)
-        for t in names
-        if t in md.topics and md.topics[t].error is None
-        for p in md.topics[t].partitions
-    ]
-    ends = _offsets(admin, tps, _offset_spec(latest=True))
-    starts = _offsets(admin, tps, _offset_spec(latest=False))
-    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
-    committed = {
-        (tp.topic, tp.partition): tp.offset
-        for tp in future[group].result(timeout=5).topic_partitions
-    }
-    out = {t: {"end_offset": 0, "committed_offset": 0, "lag": 0} for t in names}
-    for tp in tps:
-        key = (tp.topic, tp.partition)
-        end, done = ends[key], committed.get(key, -1)
-        row = out[tp.topic]
-        row["end_offset"] += end
-        row["committed_offset"] += max(done, 0)
-        row["lag"] += max(0, end - (done if done >= 0 else starts[key]))
-    return out
-
-
-def _offset_spec(*, latest: bool) -> OffsetSpec:
-    # the library ships these two constructors unannotated
-    spec: OffsetSpec = OffsetSpec.latest() if latest else OffsetSpec.earliest()  # type: ignore[no-untyped-call, unused-ignore]
-    return spec
-
-
-def _offsets(admin: Any, tps: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:
-    if not tps:
-        return {}
-    futures = admin.list_offsets({tp: spec for tp in tps}, request_timeout=5)
-    return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
