@@ -27,7 +27,7 @@ from duetime.core.config import Env
 from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
 
-from . import batch, dags, dlq, docs, errors, jobs, metrics, openapi, stats, store, ui
+from . import batch, cluster, dags, dlq, docs, errors, jobs, metrics, openapi, stats, store, ui
 from .deps import Res, Resources, no_unknown_query, require_token
 from .guard import Guard
 from .schemas import ErrorBody, Health
@@ -102,6 +102,7 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
     v1.include_router(dags.router, tags=["dags"])
     v1.include_router(dlq.router, tags=["dlq"])
     v1.include_router(stats.router, tags=["stats"])
+    v1.include_router(cluster.router, tags=["cluster"])
     app.include_router(v1)
     _operations(app)
     ui.install(app)

@@ -19,6 +19,7 @@ from duetime.core.records import JobDefinition
 from duetime.core.redact import redact_headers, redact_text, redact_url
 
 from .jsondepth import exceeds_depth, nesting_depth
+from .lifecycle import dag_out, lifecycle
 from .rows import DeadLetterRow, ExecutionRow, JobRow
 from .store import MAX_DECODED_DEPTH, TooDeep
 
@@ -139,6 +140,7 @@ def execution_out(
 
 def job_out(row: JobRow) -> dict[str, Any]:
     last = _decoded(row.last_execution, None)
+    last_row = None if last is None else ExecutionRow.from_row(last)
     payload, omitted = row.payload, None
     if isinstance(payload, TooDeep) or nesting_depth(payload) > MAX_SHOWN_DEPTH:
         payload = None
@@ -165,7 +167,22 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "updated_at": row.updated_at,
         "revision": row.revision,
         "deleted": bool(row.deleted),
-        "last_execution": None if last is None else execution_out(ExecutionRow.from_row(last)),
+        "last_execution": None if last_row is None else execution_out(last_row),
+        # lifecycle and last outcome apart (the status is the current occurrence's)
+        "lifecycle": lifecycle(
+            row.status,
+            deleted=bool(row.deleted),
+            schedule=row.schedule,
+            next_run_at=row.next_run_at,
+            dag_member=row.dag_id is not None,
+        ),
+        "last_outcome": None if last_row is None else last_row.status,
+        "dag": dag_out(
+            _s(row.dag_id),
+            row.dag_key,
+            row.labels,
+            None if last_row is None else last_row.dag_run_id,
+        ),
     }
     if omitted is not None:
         out["payload_omitted"] = omitted

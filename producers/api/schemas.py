@@ -95,6 +95,15 @@ class ExecutionDetailOut(ExecutionOut):
     )
 
 
+class JobDagOut(BaseModel):
+    dag_id: str
+    role: Literal["member", "trigger"] = Field(
+        description="member: one of its jobs; trigger: the job that starts its runs"
+    )
+    key: str | None = Field(description="a member's key in the DAG")
+    dag_run_id: str | None = Field(description="the DAG run of a member's latest execution")
+
+
 class JobOut(BaseModel):
     job_id: str
     name: str
@@ -123,6 +132,17 @@ class JobOut(BaseModel):
     revision: int = Field(description="the definition's revision (If-Match of PATCH)")
     deleted: bool = Field(False, description="deleted (DELETE): hidden from lists")
     last_execution: ExecutionOut | None = None
+    lifecycle: Literal["active", "paused", "cancelled", "completed", "deleted"] = Field(
+        "active",
+        description="what the job is, apart from how its last run ended: active (it fires, "
+        "or may be triggered), paused, cancelled, completed (nothing more will fire), deleted",
+    )
+    last_outcome: str | None = Field(
+        None, description="the status of its latest execution (null before the first)"
+    )
+    dag: JobDagOut | None = Field(
+        None, description="the DAG it belongs to: a member, or the DAG's trigger job"
+    )
 
 
 class JobCreatedOut(BaseModel):
