@@ -1,5 +1,11 @@
 -- duetime schema, version 9: concurrency and rate limits per key (issue 18, items 1 and 2).
 --
+-- jobs.concurrency, jobs.rate_limit: the definition's limits as the API shows them
+-- ({"key", "limit"}, {"key", "per_s", "burst"}; NULL: none), so that an update (built from the
+-- row) keeps them. Rows written before this version have NULL: they had no limits.
+ALTER TABLE jobs ADD COLUMN concurrency jsonb;
+ALTER TABLE jobs ADD COLUMN rate_limit jsonb;
+
 -- leases.concurrency_key: the resolved concurrency key of the execution holding the lease
 -- (NULL: the job has no concurrency limit). The live leases of a key are its taken slots: a
 -- slot frees when its lease is completed ('done'), released (expires_at = now()) or expires
