@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from duetime.core.models import Status
-from duetime.producers.sdk import DAG_LABEL
+from duetime.producers.updates import DAG_LABEL  # not the SDK: it imports this module
 
 Lifecycle = Literal["active", "paused", "cancelled", "completed", "deleted"]
 LIFECYCLES: tuple[Lifecycle, ...] = ("active", "paused", "cancelled", "completed", "deleted")
