@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resolver": ("duetime.consumers.resolver.cli", "run a DAG resolver: releases dependants"),
     "infra": ("duetime.infra.cli", "install, start, stop the local Kafka and PostgreSQL"),
     "topics": ("duetime.infra.cli", "create every topic: topics create"),
+    "queues": ("duetime.infra.queues", "queues (worker pools' topics): queues create NAME | list"),
     "db": ("duetime.infra.cli", "database migrations: db migrate"),
     "projector": ("duetime.consumers.projector.cli", "run a projector: events → PostgreSQL"),
     "api": ("duetime.producers.api.cli", "serve the REST API (default http://127.0.0.1:8080)"),
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "executions": ("duetime.producers.cli.commands", "a job's executions, or: get EXECUTION_ID"),
     "dags": ("duetime.producers.cli.commands", "dags create|list|get|runs|trigger"),
     "dlq": ("duetime.producers.cli.commands", "dead-lettered executions: dlq list|replay"),
+    "calendars": ("duetime.producers.cli.schedules", "named calendars: create|list|get|delete"),
 }
 
 

@@ -50,6 +50,7 @@ from duetime.core.models import (
     Misfire,
     Status,
 )
+from duetime.core.queues import QueueDirectory, metadata_lister
 from duetime.core.records import (
     ControlCommand,
     DagDefinition,
@@ -160,6 +161,8 @@ class JobClient:
             **{"acks": "all", "linger.ms": 1, "message.timeout.ms": int(self.timeout_s * 1000)},
         )
         self._errors: list[KafkaError] = []
+        self.queues = QueueDirectory(self.topics, metadata_lister(self._producer))
+        """Which queues exist (a job naming another is refused), from the topic metadata."""
 
     # --- jobs -----------------------------------------------------------------------------
 
@@ -171,13 +174,26 @@ class JobClient:
     def _build(
         self, body: Mapping[str, Any], now_ms: int, *, internal: bool = False
     ) -> JobDefinition:
-        return build_job(
+        definition = build_job(
             body,
             now_ms=now_ms,
             max_payload_bytes=(1 << 30) if internal else self.max_payload_bytes,
             topic_prefix=self.settings.topic_prefix,
             internal=internal,
         )
+        self.check_queue(definition.queue)
+        return definition
+
+    def check_queue(self, queue: str) -> None:
+        """:class:`ValidationError` naming ``queue`` when the cluster has no such queue. When
+        the metadata cannot be read the job passes: its publish fails the same way, and a queue
+        removed later is the scheduler's to report (a dead letter)."""
+        if self.queues.exists(queue) is False:
+            raise ValidationError(
+                f"queue {queue!r} does not exist (its execution topics are missing): "
+                f"create it with `duetime queues create {queue}`",
+                field="queue",
+            )
 
     def create_job(
         self, spec: Mapping[str, Any] | None = None, *, wait: bool = True, **fields: Any
@@ -263,6 +279,8 @@ class JobClient:
             revision=updates.next_revision(revision, now_ms),
             topic_prefix=self.settings.topic_prefix,
         )
+        if "queue" in changes:  # a job whose queue went away may still change other fields
+            self.check_queue(built.queue)
         return updates.with_history(built, created_at)
 
     def build_deleted(

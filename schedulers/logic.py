@@ -63,6 +63,7 @@ from duetime.core.records import (
 from duetime.core.retry import MAX_DELAY_LIMIT_S, RetryPolicy, retry_delay_s, should_retry
 from duetime.core.schedule import OneTime, first_fire, misfire_fires, next_fire, overlap_decision
 from duetime.core.states import TERMINAL, Event, transition
+from duetime.core.topics import check_queue
 
 log = logging.getLogger("duetime.scheduler")
 
@@ -218,6 +219,7 @@ def _check_definition(definition: JobDefinition) -> None:
         raise ValueError(f"revision {definition.revision} is negative")
     _check_time(definition.created_at_ms, "created_at_ms")
     _check_time(definition.updated_at_ms, "updated_at_ms")
+    check_queue(definition.queue)  # it names topics: "a.b" or "../x" written past the SDK
     schedule = definition.schedule
     if isinstance(schedule, CronSchedule):
         _check_time(schedule.start_at_ms, "schedule.start_at_ms")
@@ -639,6 +641,27 @@ def _fail_attempt(
     _after_occurrence(state, now_ms, out, entry)
 
 
+def refuse_unroutable(
+    state: SchedulerState, execution_id: str, reason: str, now_ms: int, out: Outputs
+) -> None:
+    """An execution request that cannot be written: its queue has no topics (removed, or
+    named by a definition written past the SDK's check). Its request is withdrawn from
+    ``out`` and the attempt fails for good, with ``reason`` in its dead letter: retrying
+    would meet the same missing topic, and aborting the transaction for it would stall the
+    whole partition. The job goes on (its next occurrence, maybe in a queue that exists)."""
+    out.executions[:] = [r for r in out.executions if r.execution_id != execution_id]
+    entry = next((e for e in state.inflight if e.execution_id == execution_id), None)
+    if entry is None:
+        return
+    error = ErrorInfo(
+        type="UnknownQueue", message=reason[:1000], retryable=False, reason=ErrorReason.ERROR
+    )
+    attempt_error = AttemptError(attempt=entry.attempt, at_ms=now_ms, error=error)
+    _fail_attempt(state, entry, attempt_error, None, now_ms, random.Random(0), out)
+    state.updated_at_ms = now_ms
+    out.state_changed = True
+
+
 def _after_occurrence(
     state: SchedulerState, now_ms: int, out: Outputs, entry: InflightExecution
 ) -> None:
@@ -862,6 +885,7 @@ def _emit(
         status=Status.QUEUED,
         trigger=trigger,
         dag_run_id=dag_run_id,
+        queue=state.definition.queue,  # every attempt and rescue of it goes to this queue
     )
     state.inflight.append(entry)
     state.fired_count += 1
@@ -1063,4 +1087,5 @@ def execution_request(
         dag_key=definition.dag_key,
         # a retry's window counts from its own due time: the worker adds it to due_at_ms
         start_within_s=definition.start_within_s,
+        queue=entry.queue,
     )

@@ -124,7 +124,7 @@ class _Route(Generic[R]):
 _ROUTES: tuple[_Route[Any], ...] = (
     _Route[ExecutionRequest](
         records=lambda o: o.executions,
-        topic=lambda t, r: t.execution(r.priority),
+        topic=lambda t, r: t.execution(r.priority, r.queue),
         key=lambda r: r.job_id,
         own_partition=True,
     ),
@@ -199,8 +199,11 @@ class PartitionOwner:
         policy: logic.Policy,
         rng: random.Random,
         clock: Clock,
+        queue_exists: Callable[[str], bool | None] | None = None,
     ) -> None:
         self.partition = partition
+        self.queue_exists = queue_exists
+        """Whether a queue's topics exist (``QueueDirectory.exists``; None: not checked)."""
         self.topics = topics
         self.codec = codec
         self._make_producer = make_producer
@@ -523,6 +526,8 @@ class PartitionOwner:
         """Add one input's (or one fire's) effects to the cycle, encoded now: a value the
         schemas cannot hold raises here, for the caller to blame on its input, rather than
         in the transaction, which would fail the same way at every retry."""
+        if state is not None and out.executions:
+            self._refuse_unroutable(state, out)
         messages = [
             _Message(
                 topic,
@@ -540,6 +545,34 @@ class PartitionOwner:
             self.pending.dirty[job_id] = state
         self.pending.out.extend(out)
         self.pending.messages.extend(messages)
+
+    def _refuse_unroutable(self, state: SchedulerState, out: logic.Outputs) -> None:
+        """Fail the requests whose queue has no topics (``logic.refuse_unroutable``): a
+        produce to a missing topic would fail the transaction, and every retry of it, so the
+        partition would stop. Repeated: the failure may fire an occurrence held back by
+        ``overlap=queue_one``, in the same missing queue."""
+        exists = self.queue_exists
+        if exists is None:
+            return
+        while True:
+            missing = [r for r in out.executions if exists(r.queue) is False]
+            if not missing:
+                return
+            for request in missing:
+                topic = self.topics.execution(request.priority, request.queue)
+                reason = (
+                    f"queue {request.queue!r} does not exist: its topic {topic} is missing "
+                    f"(create it with `duetime queues create {request.queue}`)"
+                )
+                logic.refuse_unroutable(
+                    state, request.execution_id, reason, self.clock.now_ms(), out
+                )
+                log.warning(
+                    "execution %s dead-lettered: %s",
+                    request.execution_id,
+                    reason,
+                    extra={"job_id": request.job_id, "execution_id": request.execution_id},
+                )
 
     def _undo(self, job_id: str | None) -> None:
         """Forget what a failed input did to its job's in-memory state: back to the state as

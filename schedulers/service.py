@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from duetime.core import kafka
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.poison import PRODUCER_MAX_BYTES
+from duetime.core.queues import QueueDirectory, partition_counts
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -52,6 +53,14 @@ class Scheduler:
             rescue_horizon_ms=int(settings.rescue_horizon_s * 1000),
         )
         self.rng = random.Random()
+        # which queues have topics: a request to a missing one is dead-lettered rather than
+        # failing its transaction (partition.py); a short timeout: the loop asks it
+        self.queues = QueueDirectory(
+            self.topics,
+            lambda timeout_s: partition_counts(self.consumer.list_topics(timeout=timeout_s)),
+            timeout_s=2.0,
+            min_partitions=self.common.partitions,
+        )
         self._stop = threading.Event()
         self.group_id = f"{self.common.topic_prefix}schedulers"
         # the clients exist from the start (the rebalance callbacks and shutdown use them); the
@@ -441,6 +450,7 @@ class Scheduler:
             policy=self.policy,
             rng=self.rng,
             clock=self.clock,
+            queue_exists=self.queues.exists,
         )
         owner.hold_emits = not self.firing
         n, seconds = owner.restore()

@@ -37,6 +37,7 @@ from duetime.core.records import (
     JobDefinition,
     SchedulerState,
 )
+from duetime.core.topics import DEFAULT_QUEUE
 
 __all__ = [
     "Attempt",
@@ -206,6 +207,7 @@ class Execution:
     dag_id: str | None = None
     dag_run_id: str | None = None
     attempts: dict[int, Attempt] = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
 
     def attempt(self, n: int) -> Attempt:
         found = self.attempts.get(n)
@@ -229,6 +231,7 @@ class StoredExecution:
     attempts: list[dict[str, Any]] | None
     output_json: str | None = None
     traceback: str | None = None
+    queue: str = DEFAULT_QUEUE
 
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "execution_id",
@@ -242,6 +245,7 @@ class StoredExecution:
         "attempts",
         "output_json",
         "traceback",
+        "queue",
     )
 
 
@@ -256,6 +260,7 @@ def execution_from_row(row: StoredExecution) -> Execution:
         trigger=row.trigger,
         dag_id=None if row.dag_id is None else str(row.dag_id),
         dag_run_id=row.dag_run_id,
+        queue=row.queue,
     )
     for stored in row.attempts or []:
         attempt = Attempt.from_json(stored)
@@ -274,6 +279,7 @@ def _context_from_request(ex: Execution, request: ExecutionRequest) -> None:
         ex.trigger = request.trigger
     ex.dag_id = request.dag_id or ex.dag_id
     ex.dag_run_id = request.dag_run_id or ex.dag_run_id
+    ex.queue = request.queue
 
 
 def apply_request(ex: Execution, request: ExecutionRequest) -> None:
@@ -383,6 +389,7 @@ def execution_row(ex: Execution) -> Row:
         "dag_run_id": ex.dag_run_id,
         "output_json": latest.output_json,
         "traceback": latest.traceback,
+        "queue": ex.queue,
     }
 
 

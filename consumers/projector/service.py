@@ -98,8 +98,14 @@ class Projector:
         self.consumer = kafka.consumer(
             self.common,
             settings.group_id,
-            # large fetches: the projector is a throughput reader
-            **{"fetch.max.bytes": 52428800, "queued.max.messages.kbytes": 65536},
+            # large fetches: the projector is a throughput reader; metadata every 10 s (default
+            # 5 min): the regex subscription to every queue's execution topics follows a queue
+            # created after the projector started within that
+            **{
+                "fetch.max.bytes": 52428800,
+                "queued.max.messages.kbytes": 65536,
+                "topic.metadata.refresh.interval.ms": 10000,
+            },
         )
         self.assigned: set[tuple[str, int]] = set()
         self._admin = kafka.admin(self.common)
@@ -127,6 +133,19 @@ class Projector:
             )
         }
 
+    def _subscription(self) -> list[str]:
+        """The named topics, and a pattern for every queue's execution topics (the default
+        queue's are named too: they count in ``caught_up``)."""
+        return [*sorted(self._types), self.topics.executions_regex]
+
+    def _type_of(self, topic: str) -> str:
+        """The event type of a subscribed topic's values; "" for a topic the pattern matched
+        that is no queue's (``exec.a.b.c``): its records are parked as undecodable."""
+        found = self._types.get(topic)
+        if found is not None:
+            return found
+        return "execution" if self.topics.parse_execution(topic) is not None else ""
+
     # --- lifecycle ------------------------------------------------------------------------
 
     def stop(self, *_: Any) -> None:
@@ -139,7 +158,7 @@ class Projector:
 
     def run(self, *, until_caught_up: bool = False) -> None:
         self.consumer.subscribe(
-            sorted(self._types),
+            self._subscription(),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
@@ -216,7 +235,7 @@ class Projector:
             value = msg.value()
             if value is None:
                 continue  # a tombstone: nothing deletes projected rows
-            event_type = self._types[topic] or ""
+            event_type = self._type_of(topic)
             counts[event_type] += 1
             if topic == self.topics.state and newest_state[(partition, msg.key())] != i:
                 continue
@@ -374,7 +393,7 @@ class Projector:
             log.error("rewind failed (%s): re-joining the group", exc)
             self.consumer.unsubscribe()
             self.consumer.subscribe(
-                sorted(self._types),
+                self._subscription(),
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
                 on_lost=self._on_revoke,

@@ -60,6 +60,7 @@ EXECUTION_COLS = (
     "dag_run_id",
     "output_json",
     "traceback",
+    "queue",
 )
 DEAD_COLS = (
     "execution_id",

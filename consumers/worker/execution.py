@@ -39,6 +39,7 @@ from duetime.core.models import Priority, ResultStatus
 from duetime.core.poison import Parked, park_record
 from duetime.core.records import ExecutionRequest
 from duetime.core.redact import escape_control
+from duetime.core.topics import DEFAULT_QUEUE
 from duetime.schemas.codec import Codec
 
 from . import gate, metrics
@@ -83,6 +84,8 @@ class Item(Delivery):
     """A Python task's ``ctx.cancelled``: set whenever the run is stopped early."""
     early_seen: bool = False
     """Its early arrival was counted and logged (once per delivery, however long it waits)."""
+    queue: str = DEFAULT_QUEUE
+    """The queue of the topic it came from (the metrics' ``queue`` label)."""
 
     @property
     def execution_id(self) -> str:
@@ -146,9 +149,18 @@ class Executor:
         self._held: dict[str, Item] = {}
         self._stopping = False
         # labelled children resolved once: labels() costs more than the observation itself
-        self._lateness = {p: metrics.START_LATENESS.labels(priority=p.value) for p in Priority}
-        self._started = {p: metrics.STARTED.labels(priority=p.value) for p in Priority}
-        self._durations = {p: metrics.DURATION.labels(priority=p.value) for p in Priority}
+        self._children: dict[tuple[int, str, Priority], Any] = {}
+
+    def _child(self, metric: Any, item: Item) -> Any:
+        """``metric``'s child for the item's queue and priority, resolved once (labels()
+        costs more than the observation itself)."""
+        key = (id(metric), item.queue, item.priority)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(
+                queue=item.queue, priority=item.priority.value
+            )
+        return child
 
     # --- what the worker asks -------------------------------------------------------------
 
@@ -283,7 +295,7 @@ class Executor:
             free_slot()
 
     def _expire(self, item: Item, now_ms: int) -> Outcome:
-        metrics.EXPIRED.labels(priority=item.priority.value).inc()
+        metrics.EXPIRED.labels(queue=item.queue, priority=item.priority.value).inc()
         outcome = gate.expired_outcome(item.request, now_ms)
         log.info(
             "not starting the attempt: %.3f s past its start window of %g s",
@@ -327,8 +339,10 @@ class Executor:
     async def _run(self, item: Item, token: int) -> tuple[Outcome | None, int, int]:
         request = item.request
         started_ms = self.clock.now_ms()
-        self._lateness[item.priority].observe(max(0, started_ms - request.due_at_ms) / 1000)
-        self._started[item.priority].inc()
+        self._child(metrics.START_LATENESS, item).observe(
+            max(0, started_ms - request.due_at_ms) / 1000
+        )
+        self._child(metrics.STARTED, item).inc()
         running_event: asyncio.TimerHandle | None = None
         if self.running_event_after_s <= 0:
             self._send_running(item, token, started_ms)
@@ -361,7 +375,7 @@ class Executor:
             if running_event is not None:
                 running_event.cancel()
         finished_ms = self.clock.now_ms()
-        self._durations[item.priority].observe((finished_ms - started_ms) / 1000)
+        self._child(metrics.DURATION, item).observe((finished_ms - started_ms) / 1000)
         return outcome, started_ms, finished_ms
 
     def _send_running(self, item: Item, token: int, started_ms: int) -> None:
@@ -411,7 +425,10 @@ class Executor:
         delivered = await self._publish(item, value)
         if delivered:
             metrics.FINISHED.labels(
-                priority=item.priority.value, status=outcome.status.value, reason=outcome.reason
+                queue=item.queue,
+                priority=item.priority.value,
+                status=outcome.status.value,
+                reason=outcome.reason,
             ).inc()
             if outcome.error is None:
                 log.debug("attempt succeeded", extra=item.fields())

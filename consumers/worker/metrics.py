@@ -1,6 +1,9 @@
-"""The worker's Prometheus metrics (version 1; documented in the README's metrics table).
+"""The worker's Prometheus metrics (version 2; documented in the README's metrics table).
 
 Names and labels are part of the contract, like the schemas: add freely, never rename.
+Version 2: every metric with a ``priority`` label has a ``queue`` label too (the queue of the
+execution topic the request came from: one of the worker's ``DUETIME_WORKER_QUEUES``, so its
+values are bounded by the configuration, never by what a record says).
 """
 
 from __future__ import annotations
@@ -13,28 +16,30 @@ DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1
 START_LATENESS = Histogram(
     "duetime_worker_start_lateness_seconds",
     "Start of an attempt minus the time it became due",
-    ["priority"],
+    ["queue", "priority"],
     buckets=LATENESS_BUCKETS,
 )
 STARTED = Counter(
-    "duetime_worker_executions_started_total", "Attempts started (lease claimed)", ["priority"]
+    "duetime_worker_executions_started_total",
+    "Attempts started (lease claimed)",
+    ["queue", "priority"],
 )
 FINISHED = Counter(
     "duetime_worker_executions_finished_total",
     "Attempts finished and reported, by outcome",
-    ["priority", "status", "reason"],
+    ["queue", "priority", "status", "reason"],
 )
 DURATION = Histogram(
     "duetime_worker_execution_seconds",
     "How long targets ran",
-    ["priority"],
+    ["queue", "priority"],
     buckets=DURATION_BUCKETS,
 )
 INFLIGHT = Gauge("duetime_worker_inflight", "Executions running now (slots in use)")
 BUFFERED = Gauge(
     "duetime_worker_buffered", "Fetched executions not finished yet (queued, running, reporting)"
 )
-QUEUED = Gauge("duetime_worker_queued", "Executions waiting for a slot", ["priority"])
+QUEUED = Gauge("duetime_worker_queued", "Executions waiting for a slot", ["queue", "priority"])
 PAUSED = Gauge("duetime_worker_paused_partitions", "Assigned partitions paused (buffer full)")
 LEASE_CONFLICTS = Counter(
     "duetime_worker_lease_conflicts_total",
@@ -99,7 +104,7 @@ EXPIRED = Counter(
     "duetime_worker_expired_total",
     "Attempts not run because they could not start within their job's start_within_s "
     "(reported expired)",
-    ["priority"],
+    ["queue", "priority"],
 )
 EARLY = Counter(
     "duetime_worker_early_arrivals_total",
@@ -112,4 +117,20 @@ EARLY_SECONDS = Histogram(
     "duetime_worker_early_arrival_seconds",
     "How long before its due time an early execution request arrived",
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
+)
+LIMIT_WAITING = Gauge(
+    "duetime_worker_limit_waiting",
+    "Executions waiting for a limit per key (outside the slots, without a lease), by reason: "
+    "concurrency (no free slot of their key) or rate (no token in their key's bucket)",
+    ["reason"],
+)
+LIMIT_REFUSED = Counter(
+    "duetime_worker_limit_refusals_total",
+    "Lease claims refused by a limit per key, by reason (concurrency, rate)",
+    ["reason"],
+)
+LIMIT_WAIT_SECONDS = Histogram(
+    "duetime_worker_limit_wait_seconds",
+    "How long an execution a limit held back waited for its slot or token",
+    buckets=LATENESS_BUCKETS,
 )

@@ -37,7 +37,7 @@ import logging
 import random
 import signal
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,7 +110,15 @@ class Worker:
         self.registry = _task_registry(settings, registry)
         self.offsets = OffsetTracker()
         self.state = _State()
-        self._priority_of = {self.topics.execution(p): p for p in PRIORITY_ORDER}
+        # the worker's queues' topics: each with its priority and its queue (one waiting list
+        # per priority across the queues: critical first, aging and the reserved slots work
+        # over all the work this worker serves)
+        self._priority_of = {
+            self.topics.execution(p, q): p for q in settings.queues for p in PRIORITY_ORDER
+        }
+        self._queue_of = {
+            self.topics.execution(p, q): q for q in settings.queues for p in PRIORITY_ORDER
+        }
         self._stop = asyncio.Event()
         self._stopping = False
         self._started = False
@@ -167,7 +175,7 @@ class Worker:
         )
         self.consumer = ConsumerThread(
             consumer,
-            self.topics.executions,
+            list(self._priority_of),
             self._loop,
             on_records=self._on_records,
             on_assigned=self._on_assigned,
@@ -187,6 +195,10 @@ class Worker:
             # what the scheduler just committed; that wait is start lateness
             "fetch.wait.max.ms": 10,
             "on_commit": self._on_commit,
+            # a partition this group never committed: a new pool starts at the end of its
+            # topics, not at 7 days of history; what it skips and nobody answers is re-emitted
+            # by the scheduler's rescuer (docs/decisions.md)
+            "auto.offset.reset": "latest" if s.new_group_start == "end" else "earliest",
         }
         if s.group_protocol == "consumer":
             return kafka.kip848_consumer(self.common, s.group, **tuning)
@@ -230,6 +242,7 @@ class Worker:
 
     async def _start(self) -> None:
         s = self.settings
+        await asyncio.to_thread(self._check_queues)  # before anything is opened
         await self.leases.open()
         self.consumer.start()
         self._tasks = [
@@ -252,6 +265,28 @@ class Worker:
             s.egress.describe(),
             len(s.secrets),  # how many, never which values
             extra={"worker_id": self.worker_id},
+        )
+
+    def _check_queues(self) -> None:
+        """Stop at start, naming them, when a served queue has no topics: subscribed to
+        missing topics the worker would sit idle while its jobs are dead-lettered."""
+        names = self.consumer.consumer.list_topics(timeout=10).topics
+        missing = [
+            q for q in self.settings.queues if not set(self.topics.executions_of(q)) <= set(names)
+        ]
+        if missing:
+            raise ConfigError(
+                f"DUETIME_WORKER_QUEUES: queue{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)} {'have' if len(missing) > 1 else 'has'} no topics "
+                f"(create {'them' if len(missing) > 1 else 'it'} with `duetime queues create "
+                f"NAME`; `duetime queues list` shows the queues)",
+                details={"variable": "DUETIME_WORKER_QUEUES", "missing": missing},
+            )
+        log.info(
+            "serving queues %s (group %s; a partition it never committed starts at its %s)",
+            ",".join(self.settings.queues),
+            self.settings.group,
+            self.settings.new_group_start,
         )
 
     async def _shutdown(self) -> None:
@@ -341,7 +376,15 @@ class Worker:
             return
         self._seq += 1  # a key per delivery: a partition can come back while old work runs
         key = f"{tp[0]}/{tp[1]}/{offset}#{self._seq}"
-        item = Item(key=key, tp=tp, offset=offset, priority=priority, request=request, msg=msg)
+        item = Item(
+            key=key,
+            tp=tp,
+            offset=offset,
+            priority=priority,
+            request=request,
+            msg=msg,
+            queue=self._queue_of[tp[0]],
+        )
         self.state.items[key] = item
         self.state.outstanding[priority] += 1
         self.state.queues[priority].append(Waiting(time.monotonic(), key))
@@ -445,16 +488,16 @@ class Worker:
         buffer = self.settings.buffer
         out = self.state.outstanding
         total = sum(out.values())
-        critical = self.topics.execution(Priority.CRITICAL)
-        others = {t for t, p in self._priority_of.items() if p is not Priority.CRITICAL}
+        critical = {t for t, p in self._priority_of.items() if p is Priority.CRITICAL}
+        others = set(self._priority_of) - critical
         if total >= buffer:
             self._pause(others)
         elif total < buffer * _RESUME_BELOW:
             self._resume(others)
         if out[Priority.CRITICAL] >= buffer:
-            self._pause({critical})
+            self._pause(critical)
         elif out[Priority.CRITICAL] < buffer * _RESUME_BELOW:
-            self._resume({critical})
+            self._resume(critical)
 
     def _pause(self, topics: set[str]) -> None:
         new = topics - self.state.paused
@@ -506,6 +549,33 @@ class Worker:
         paused = [tp for tp in tps if tp[0] in self.state.paused]
         self._set_paused(paused, True)
         log.info("assigned %s partitions (now %s)", len(tps), len(self.state.assigned))
+        if tps:
+            self._tasks.append(asyncio.create_task(self._log_new_partitions(tps)))
+
+    async def _log_new_partitions(self, tps: list[TP]) -> None:
+        """Say where partitions the group never committed start (``new_group_start``)."""
+        consumer = self.consumer.consumer
+        try:
+            committed = await self.consumer.ask(
+                lambda: consumer.committed([TopicPartition(*tp) for tp in tps], timeout=10)
+            )
+        except Exception as exc:  # only this log line is lost
+            log.debug("reading the committed offsets failed: %s", exc)
+            return
+        fresh = sorted(f"{tp.topic}[{tp.partition}]" for tp in committed if tp.offset < 0)
+        if fresh:
+            log.info(
+                "group %s has no committed offset for %s partitions (%s): they start at the "
+                "%s of their topics%s",
+                self.settings.group,
+                len(fresh),
+                ", ".join(fresh[:12]) + (" ..." if len(fresh) > 12 else ""),
+                self.settings.new_group_start,
+                ", not at their history: an earlier request nobody answered is re-emitted by "
+                "the scheduler's rescuer"
+                if self.settings.new_group_start == "end"
+                else "",
+            )
 
     async def _on_revoked(self, tps: list[TP], lost: bool) -> dict[TP, int]:
         gone = set(tps)
@@ -611,8 +681,15 @@ class Worker:
         st = self.state
         metrics.INFLIGHT.set(sum(st.running.values()))
         metrics.BUFFERED.set(sum(st.outstanding.values()))
-        for priority, queue in st.queues.items():
-            metrics.QUEUED.labels(priority=priority.value).set(len(queue))
+        waiting = Counter(
+            (st.items[w.key].queue, priority)
+            for priority, queue in st.queues.items()
+            for w in queue
+            if w.key in st.items
+        )
+        for q in self.settings.queues:
+            for priority in PRIORITY_ORDER:
+                metrics.QUEUED.labels(queue=q, priority=priority.value).set(waiting[(q, priority)])
         metrics.PAUSED.set(sum(1 for tp in st.assigned if tp[0] in st.paused))
 
 

@@ -35,6 +35,7 @@ from .records import Schedule as ScheduleRecord
 from .redact import redact_url
 from .retry import RetryPolicy
 from .schedule import Cron, OneTime, Schedule, parse_schedule, schedule_to_dict
+from .topics import DEFAULT_QUEUE, check_queue
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_DEFINITION_BYTES = 900_000
@@ -77,6 +78,7 @@ _KEYS = frozenset(
         "dag_key",
         "depends_on",
         "start_within_s",
+        "queue",
     }
 )
 CONTENT_FIELDS = (
@@ -94,6 +96,7 @@ CONTENT_FIELDS = (
     "depends_on",
     "labels",
     "start_within_s",
+    "queue",
 )
 """The fields that make a definition; two definitions equal on these are the same job."""
 
@@ -324,6 +327,7 @@ def build_job(
         "depends_on": depends_on,
         "labels": labels,
         "start_within_s": start_within_s,
+        "queue": queue_of(body.get("queue", DEFAULT_QUEUE)),
     }
     if start_within_s is not None and (definition["dag_id"] or depends_on):
         # the DAG resolver knows no expired node yet: the run would wait for it forever
@@ -332,6 +336,15 @@ def build_job(
         )
     _check_size(definition)
     return JobDefinition.from_avro(definition)
+
+
+def queue_of(raw: Any) -> str:
+    """``queue``: a queue name (``duetime.core.topics.check_queue``), refused naming the field.
+    Whether the queue exists is the caller's check (it needs the cluster's metadata)."""
+    try:
+        return check_queue(raw)
+    except ValueError as exc:
+        raise ValidationError(str(exc), field="queue") from None
 
 
 def start_within(raw: Any) -> float | None:
@@ -441,4 +454,5 @@ def job_to_api(definition: JobDefinition) -> dict[str, Any]:
         "dag_key": definition.dag_key,
         "depends_on": list(definition.depends_on),
         "start_within_s": definition.start_within_s,
+        "queue": definition.queue,
     }

@@ -45,6 +45,7 @@ JOB_DEFINITION_COLUMNS = (
     "created_at",
     "updated_at",
     "start_within_s",
+    "queue",
 )
 """Columns of the jobs table that come from the definition (highest revision wins)."""
 JOB_STATUS_COLUMNS = ("status", "next_run_at", "status_at", "state_offset")
@@ -88,6 +89,7 @@ def job_row(definition: JobDefinition, *, with_next_run: bool = True) -> Row:
         "created_at": dt(definition.created_at_ms),
         "updated_at": dt(definition.updated_at_ms),
         "start_within_s": definition.start_within_s,
+        "queue": definition.queue,
         "next_run_at": next_run,
         "status_at": dt(definition.created_at_ms),
         "state_offset": -1,

@@ -123,6 +123,7 @@ def execution_out(
         "attempt": e.attempt,
         "trigger": e.trigger,
         "priority": e.priority,
+        "queue": e.queue,
         "scheduled_at": e.scheduled_at,
         "queued_at": e.queued_at,
         "started_at": e.started_at,
@@ -157,6 +158,7 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "retry": row.retry,
         "timeout_s": row.timeout_s,
         "start_within_s": row.start_within_s,
+        "queue": row.queue,
         "misfire": row.misfire,
         "overlap": row.overlap,
         "labels": row.labels,
@@ -206,6 +208,7 @@ def job_spec(row: JobRow) -> dict[str, Any]:
         "dag_key": row.dag_key,
         "depends_on": list(row.depends_on or []),
         "start_within_s": row.start_within_s,
+        "queue": row.queue,
     }
 
 

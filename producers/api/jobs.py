@@ -15,6 +15,7 @@ from duetime.core.errors import Conflict, IllegalTransition, NotFound, Validatio
 from duetime.core.models import Status as StatusValue
 from duetime.core.records import JobDefinition
 from duetime.core.schedule import OneTime, next_fire, parse_schedule
+from duetime.core.topics import QUEUE_PATTERN
 from duetime.producers import updates
 
 from . import convert, store
@@ -213,6 +214,9 @@ async def list_jobs(
     name_contains: str | None = Query(
         None, min_length=1, max_length=200, description="name contains this (case-insensitive)"
     ),
+    queue: str | None = Query(
+        None, pattern="^" + QUEUE_PATTERN + "$", description="jobs of this queue only"
+    ),
 ) -> dict[str, Any]:
     after = decode_cursor(cursor)
     async with res.pool.connection() as conn:
@@ -224,6 +228,7 @@ async def list_jobs(
             after=after,
             limit=limit + 1,
             name_contains=name_contains,
+            queue=queue,
         )
     return page_of(rows, limit, lambda r: (r.created_at, r.job_id), convert.job_out)
 

@@ -69,6 +69,8 @@ class ExecutionRow(_Row):
     """The latest attempt's return value as JSON text (not decoded by the connection: text)."""
     traceback: str | None = None
     """The latest attempt's traceback; list queries leave it out (``store.EXECUTION_LISTED``)."""
+    queue: str = "default"
+    """The queue the execution was emitted to (migration 0008)."""
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -94,6 +96,7 @@ class JobRow(_Row):
     revision: int = 0
     deleted: bool = False
     start_within_s: float | None = None
+    queue: str = "default"
     last_execution: Any = None
     """The job's latest execution as JSON (``to_jsonb``), when the query joined it."""
 

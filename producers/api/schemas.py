@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from duetime.core.jobspec import CALLABLE_REF_PATTERN, TASK_NAME_PATTERN, TOPIC_PATTERN
 from duetime.core.retry import MAX_DELAY_LIMIT_S, MAX_RETRIES_LIMIT, MIN_BASE_DELAY_S
+from duetime.core.topics import DEFAULT_QUEUE, QUEUE_PATTERN
 
 Status = Literal[
     "pending",
@@ -63,6 +64,7 @@ class ExecutionOut(BaseModel):
     attempt: int
     trigger: str | None
     priority: str
+    queue: str = Field("default", description="the queue it was emitted to")
     scheduled_at: datetime
     queued_at: datetime | None
     started_at: datetime | None
@@ -121,6 +123,7 @@ class JobOut(BaseModel):
     start_within_s: float | None = Field(
         None, description="start window, seconds after the due time (null: no limit)"
     )
+    queue: str = Field("default", description="the queue whose workers run the job")
     misfire: str
     overlap: str
     labels: dict[str, str]
@@ -293,6 +296,7 @@ class ExecutionBucketOut(BaseModel):
 class ExecutionStatsOut(BaseModel):
     window_s: int
     bucket_s: int
+    queue: str | None = Field(None, description="the queue asked for (null: every queue)")
     at: datetime
     buckets: list[ExecutionBucketOut]
 
@@ -302,13 +306,29 @@ class PriorityLagOut(BaseModel):
     topic: str
     end_offset: int
     committed_offset: int
-    lag: int
+    lag: int = Field(description="requests not consumed yet (transaction markers not counted)")
+    exact: bool = Field(
+        True, description="false: a partition's gap was too large to read; lag counts offsets"
+    )
+    committed: bool = Field(
+        False, description="whether the group committed any partition of this topic"
+    )
+
+
+class QueueLagOut(BaseModel):
+    queue: str
+    partitions: int
+    lag: int = Field(description="the sum over the queue's priorities")
+    priorities: list[PriorityLagOut]
 
 
 class ConsumerLagOut(BaseModel):
     group: str
     at: datetime
-    priorities: list[PriorityLagOut]
+    priorities: list[PriorityLagOut] = Field(description="the default queue's, per priority")
+    queues: list[QueueLagOut] = Field(
+        default_factory=list, description="every queue (default first), per priority"
+    )
 
 
 class Health(BaseModel):
@@ -426,6 +446,13 @@ _JOB_PROPERTIES: dict[str, Any] = {
         "maximum": 604800,
         "description": "an execution not started by its due time + this many seconds ends "
         "expired without running; null: no limit",
+    },
+    "queue": {
+        "type": "string",
+        "pattern": "^" + QUEUE_PATTERN + "$",
+        "default": DEFAULT_QUEUE,
+        "description": "the queue whose workers run the job (it must exist: "
+        "`duetime queues create NAME`; else 422 naming `queue`)",
     },
     "misfire": {"enum": ["skip", "run_once", "run_all"], "default": "run_once"},
     "overlap": {"enum": ["skip", "allow", "queue_one"], "default": "skip"},

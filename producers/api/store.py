@@ -238,10 +238,16 @@ async def list_jobs(
     after: tuple[datetime, str] | None,
     limit: int,
     name_contains: str | None = None,
+    queue: str | None = None,
 ) -> list[JobRow]:
     where: list[str] = ["NOT j.deleted"]  # deleted jobs answer by id only
     args: list[Any] = []
-    for col, value in (("status", status), ("priority", priority), ("name", name)):
+    for col, value in (
+        ("status", status),
+        ("priority", priority),
+        ("name", name),
+        ("queue", queue),
+    ):
         if value is not None:
             where.append(f"j.{col} = %s")
             args.append(value)
