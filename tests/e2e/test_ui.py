@@ -1,10 +1,12 @@
-"""The web dashboard (issue 9) in headless Chromium, against the roles as real processes.
+"""The web dashboard (issues 9 and 16) in headless Chromium, against the roles as real processes.
 
 The API runs with a bearer token, so the dashboard is used as an operator would: sign in,
 create jobs over the REST API, find them in the list, open one, pause and resume it, run a
-DAG and see its graph coloured by status, replay a dead-lettered execution and see it
-succeed. A job named ``<script>alert(1)</script>`` must show as text (any JavaScript dialog
-fails the test).
+DAG and see its graph coloured by status (a failed run in the legend's colour of a final
+failure), find DAG jobs marked and linked to their DAG, tell a job's lifecycle from its last
+run's outcome, see who owns which partition on the cluster page, replay a dead-lettered
+execution and see it succeed. A job named ``<script>alert(1)</script>`` must show as text
+(any JavaScript dialog fails the test).
 
 Chromium is Debian's (``apt-get install -y chromium``; ``./run test`` installs it), driven by
 the ``playwright`` package; ``playwright install`` is never needed. With
@@ -205,12 +207,17 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
     page.goto(f"{stack.url}/ui/#/jobs/{target['job_id']}")
     expect(page.locator("h1.job-name")).to_have_text(f"ui-{tag}-report-0")
     expect(page.locator("ol.next-runs li")).to_have_count(5)
+    lifecycle = page.locator(".title-row [data-lifecycle]")
+    expect(lifecycle).to_have_text("active")
     page.click("button[data-action=pause]")
-    expect(page.locator(".title-row .badge")).to_have_text("paused")
+    expect(lifecycle).to_have_text("paused")
     expect(page.locator("button[data-action=resume]")).to_be_enabled()
     page.click("button[data-action=resume]")
-    expect(page.locator(".title-row .badge")).not_to_have_text("paused")
+    expect(lifecycle).to_have_text("active")
     expect(page.locator("button[data-action=pause]")).to_be_enabled()
+
+    # -- lifecycle and last outcome apart: a cron job whose one manual trigger failed --------
+    check_lifecycle_apart_from_outcome(stack, page, tag)
 
     # -- a DAG: trigger a run, see every node coloured by its status --------------------------
     ok = {"type": "python", "ref": f"{TASKS}:ok"}
@@ -219,10 +226,13 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
         json={
             "name": f"ui-{tag}-pipeline",
             "jobs": [
-                {"key": "extract", "name": "extract", "target": ok},
-                {"key": "clean", "name": "clean", "target": ok, "depends_on": ["extract"]},
-                {"key": "audit", "name": "audit", "target": ok, "depends_on": ["extract"]},
-                {"key": "load", "name": "load", "target": ok, "depends_on": ["clean", "audit"]},
+                {"key": k, "name": f"ui-{tag}-{k}", "target": ok, "depends_on": d}
+                for k, d in (
+                    ("extract", []),
+                    ("clean", ["extract"]),
+                    ("audit", ["extract"]),
+                    ("load", ["clean", "audit"]),
+                )
             ],
         },
     )
@@ -238,8 +248,10 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
         expect(graph.locator(f"g.node[data-key={key}]")).to_have_attribute("data-status", "success")
     edges = graph.locator("path.edge")
     expect(edges).to_have_count(4)
-    if SCREENSHOTS:
-        shot_failed_dag_run(stack, page)
+    run_id = graph.get_attribute("data-run-id")
+    assert run_id
+    check_dag_jobs_are_marked_and_linked(stack, page, tag, dag_id, run_id)
+    check_failed_dag_run(stack, page)
 
     # -- dead letters: one dies, the operator replays it, it succeeds -------------------------
     stack.sink.broken = True  # the target answers 503 until the operator has looked
@@ -302,10 +314,16 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
     # -- an execution's output and traceback: over REST and in its own view ------------------
     check_output_and_traceback(stack, page)
 
+    # -- the cluster: scheduler ownership, workers and their queues, resolver, projector ------
+    check_cluster_page(stack, page)
+
     # -- overview: charts drawn from the stats endpoints --------------------------------------
     page.click("nav a[data-nav=overview]")
     expect(page.locator("figure.chart-card")).to_have_count(4)
     expect(page.locator("figure.chart-card svg.chart rect").first).to_be_visible()
+    # the lag per queue and priority: the default queue's row, a cell per priority
+    lag_row = page.locator("table[data-testid=lag-table] tr[data-queue=default]")
+    expect(lag_row.locator("td[data-priority]")).to_have_count(4)
     if busy is not None:
         page.goto(f"{stack.url}/ui/#/jobs/{busy}")
         expect(page.locator("table[data-testid=executions-table]")).to_be_visible()
@@ -322,8 +340,62 @@ def test_dashboard_end_to_end(stack: Stack, page: Page) -> None:
         shot(page, "overview")
 
 
-def shot_failed_dag_run(stack: Stack, page: Page) -> None:
-    """For the screenshots: a run where one node dies and its descendants are skipped."""
+def check_lifecycle_apart_from_outcome(stack: Stack, page: Page, tag: str) -> None:
+    """Issue 16: a cron job whose one manual trigger failed is still "active"; its last run
+    is "dead". Both on its page and in the jobs list."""
+    cron = create_job(
+        stack.api,
+        name=f"ui-{tag}-cron-trigger-fails",
+        schedule={"cron": "0 3 1 1 *", "timezone": "Europe/Berlin"},
+        target={"type": "http", "url": stack.sink.url},
+        payload={"answer_status": 500},
+        retry={"max_retries": 0},
+    )
+    page.goto(f"{stack.url}/ui/#/jobs/{cron['job_id']}")
+    expect(page.locator("[data-testid=last-outcome]")).to_contain_text("none yet")
+    page.click("button[data-action=trigger]")
+    expect(page.locator("[data-testid=last-outcome] .badge")).to_have_text("dead")
+    expect(page.locator(".title-row [data-lifecycle]")).to_have_text("active")
+    job = stack.api.get(f"/v1/jobs/{cron['job_id']}").json()
+    assert (job["lifecycle"], job["last_outcome"]) == ("active", "dead"), job
+    page.goto(f"{stack.url}/ui/#/jobs?q=ui-{tag}-cron-trigger-fails")
+    row = page.locator(f"tr[data-job-id='{cron['job_id']}']")
+    expect(row.locator("[data-lifecycle]")).to_have_text("active")
+    expect(row.locator("td.last-run .badge")).to_have_text("dead")
+
+
+def check_dag_jobs_are_marked_and_linked(
+    stack: Stack, page: Page, tag: str, dag_id: str, run_id: str
+) -> None:
+    """Issue 16: DAG members and the DAG's trigger job are marked in the jobs list and on
+    their page, linked to their DAG (a member also to the run of its latest execution)."""
+    from duetime.producers.sdk import dag_member_job_id, dag_trigger_job_id
+
+    page.goto(f"{stack.url}/ui/#/jobs?q=ui-{tag}-")
+    member_row = page.locator(f"tr[data-job-id='{dag_member_job_id(dag_id, 'clean')}']")
+    member_tag = member_row.locator("a.dag-tag")
+    expect(member_tag).to_have_attribute("data-dag-role", "member")
+    expect(member_tag).to_have_text("DAG: clean")
+    expect(member_tag).to_have_attribute("href", f"#/dags/{dag_id}?run={run_id}")
+    trigger_row = page.locator(f"tr[data-job-id='{dag_trigger_job_id(dag_id)}']")
+    expect(trigger_row.locator("a.dag-tag")).to_have_attribute("data-dag-role", "trigger")
+    expect(trigger_row.locator("a.dag-tag")).to_have_attribute("href", f"#/dags/{dag_id}")
+    # a member's page links to the run its latest execution belonged to
+    member_tag.click()
+    expect(page.locator("[data-testid=dag-graph]")).to_have_attribute("data-run-id", run_id)
+    page.goto(f"{stack.url}/ui/#/jobs/{dag_member_job_id(dag_id, 'load')}")
+    page.locator("a.dag-run-link").click()
+    expect(page.locator("[data-testid=dag-graph]")).to_have_attribute("data-run-id", run_id)
+
+
+def colour(page: Page, selector: str) -> str:
+    return str(page.locator(selector).first.evaluate("el => getComputedStyle(el).backgroundColor"))
+
+
+def check_failed_dag_run(stack: Stack, page: Page) -> None:
+    """A run where one node dies and its descendants are skipped: the run is drawn in the
+    legend's colour of a final failure ("dead"), not that of "failed (will retry)"; every
+    node's fill is its status's colour in the legend."""
     ok = {"type": "python", "ref": f"{TASKS}:ok"}
     fail = {"type": "python", "ref": f"{TASKS}:fail"}
     nodes = [
@@ -351,7 +423,42 @@ def shot_failed_dag_run(stack: Stack, page: Page) -> None:
     graph = page.locator("[data-testid=dag-graph]")
     expect(graph.locator("g.node[data-key=publish]")).to_have_attribute("data-status", "skipped")
     expect(graph.locator("g.node[data-key=audit]")).to_have_attribute("data-status", "success")
+    expect(graph.locator("g.node[data-key=enrich]")).to_have_attribute("data-status", "dead")
+    run_badge = ".graph-card h2 [data-run-status]"
+    expect(page.locator(run_badge)).to_have_text("failed")
+    final = colour(page, "[data-legend=dead] .swatch")
+    assert colour(page, run_badge) == final
+    assert colour(page, "table[data-testid=dag-runs] [data-run-status=failed]") == final
+    assert final != colour(page, "[data-legend=failed] .swatch")
+    for status in ("success", "dead", "skipped"):
+        fill = graph.locator(f"g.node[data-status={status}] rect").first.evaluate(
+            "el => getComputedStyle(el).fill"
+        )
+        assert fill == colour(page, f"[data-legend={status}] .swatch"), status
     shot(page, "dag-run")
+
+
+def check_cluster_page(stack: Stack, page: Page) -> None:
+    """Issue 16: which scheduler owns which partitions, which workers are alive with their
+    queues, the resolver and the projector (every role of the stack runs as a process)."""
+    page.click("nav a[data-nav=cluster]")
+    schedulers = page.locator("table[data-testid=schedulers-table] tbody tr")
+    expect(schedulers).to_have_count(1)
+    expect(page.locator("[data-testid=unowned]")).to_contain_text("has its scheduler")
+    cells = page.locator("[data-testid=partition-grid] .partition")
+    count = cells.count()
+    assert count >= 1
+    owner = schedulers.first.get_attribute("data-client-id")
+    for p in range(count):
+        expect(cells.nth(p)).to_have_attribute("data-owner", str(owner))
+    worker = page.locator("table[data-testid=workers-table] tbody tr")
+    expect(worker).to_have_count(1)
+    queues = worker.locator("li[data-queue=default]")
+    expect(queues).to_have_count(4)
+    for name in ("resolver", "projector"):
+        expect(page.locator(f"[data-testid=cluster-{name}] tbody tr")).to_have_count(1)
+    expect(page.locator("[data-testid=cluster-at]")).to_contain_text("as of")
+    shot(page, "cluster")
 
 
 def seed_busy_workload(stack: Stack) -> str:

@@ -80,4 +80,5 @@ export const api = {
   overview: () => request("GET", "/v1/stats/overview"),
   executionStats: (query) => request("GET", "/v1/stats/executions", { query }),
   lag: () => request("GET", "/v1/stats/lag"),
+  cluster: () => request("GET", "/v1/cluster"),
 };

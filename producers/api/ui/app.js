@@ -4,6 +4,7 @@
 import { ApiError, onUnauthorized, request, setToken, token } from "./api.js";
 import { clear, h } from "./dom.js";
 import { parseHash } from "./nav.js";
+import { clusterPage } from "./pages/cluster.js";
 import { dagPage } from "./pages/dag.js";
 import { dagsPage } from "./pages/dags.js";
 import { dlqPage } from "./pages/dlq.js";
@@ -20,6 +21,7 @@ const ROUTES = [
   [/^\/dags$/, "dags", dagsPage],
   [/^\/dags\/([^/]+)$/, "dags", dagPage],
   [/^\/dlq$/, "dlq", dlqPage],
+  [/^\/cluster$/, "cluster", clusterPage],
 ];
 
 /** What a page gets: its root, the hash's params, timers that end with the page. */

@@ -92,6 +92,44 @@ export function statusBadge(status) {
     status || "—");
 }
 
+const LIFECYCLE_TITLES = {
+  active: "it fires, or may be triggered",
+  paused: "it does not fire until resumed",
+  cancelled: "no further runs",
+  completed: "nothing more will fire",
+  deleted: "deleted: hidden from lists",
+};
+
+/** What a job is (active, paused, ...), apart from how its last run ended. */
+export function lifecycleBadge(lifecycle) {
+  const value = String(lifecycle || "active").replace(/[^a-z_]/g, "");
+  return h("span", { class: `badge lifecycle lc-${value}`, title: LIFECYCLE_TITLES[value] || "",
+    "data-lifecycle": value }, value);
+}
+
+// A DAG run's own statuses: its "failed" is final (a job ended dead or expired), so it takes
+// the colour the legend gives "dead", not that of a job's "failed (will retry)"
+const RUN_COLOURS = { running: "running", success: "success", failed: "dead",
+  cancelled: "cancelled" };
+
+export function runBadge(status) {
+  const colour = RUN_COLOURS[status] || "none";
+  return h("span", { class: `badge run-status st-${colour}`, "data-run-status": status || "",
+    title: status === "failed" ? "failed: a job ended dead or expired (final)" : "" },
+  status || "—");
+}
+
+/** "DAG member <key>" / "DAG trigger", linked to the DAG (and a member's run). */
+export function dagTag(dag) {
+  if (!dag) return null;
+  const query = dag.dag_run_id ? `?run=${encodeURIComponent(dag.dag_run_id)}` : "";
+  const label = dag.role === "trigger" ? "DAG trigger" : `DAG: ${dag.key || "member"}`;
+  return h("a", { class: `dag-tag dag-${dag.role}`, "data-dag-role": dag.role,
+    href: `#/dags/${encodeURIComponent(dag.dag_id)}${query}`,
+    title: dag.role === "trigger" ? "starts the runs of its DAG (carries its schedule)"
+      : "a job of a DAG: runs when its upstreams succeeded in a run" }, label);
+}
+
 /** Pretty JSON shown as text. */
 export function jsonBlock(value) {
   return h("pre", { class: "json" }, JSON.stringify(value, null, 2));

@@ -3,12 +3,17 @@
 // chosen run when it failed (its dead jobs run again, the skipped ones after them).
 
 import { ApiError, api } from "../api.js";
-import { clear, fmtAgo, fmtMs, durationMs, fmtTime, h, schedule, statusBadge, toast } from "../dom.js";
+import {
+  clear, fmtAgo, fmtMs, durationMs, fmtTime, h, runBadge, schedule, toast,
+} from "../dom.js";
 import { dagGraph } from "../graph.js";
 import { link } from "../nav.js";
 
-const LEGEND = ["blocked", "pending", "queued", "running", "success", "failed", "dead", "skipped",
-  "cancelled"];
+// every status a node can have in a run; "failed" is a job's failed attempt with a retry
+// coming, "dead" its final failure (the colour of a failed run too: runBadge)
+const LEGEND = [["blocked"], ["pending"], ["queued"], ["running"], ["success"],
+  ["failed", "failed (will retry)"], ["dead", "dead (final)"], ["expired"], ["skipped"],
+  ["cancelled"]];
 
 export async function dagPage(page) {
   const [dagId] = page.params;
@@ -61,7 +66,7 @@ function drawGraph(card, dag, run, onRetry) {
   const statuses = run ? run.node_statuses : Object.fromEntries(dag.nodes.map((n) => [n.key, "none"]));
   const jobOf = Object.fromEntries(dag.nodes.map((n) => [n.key, n.job_id]));
   clear(card, 
-    h("h2", {}, run ? ["Run ", h("code", {}, run.dag_run_id), " ", statusBadge(run.status),
+    h("h2", {}, run ? ["Run ", h("code", {}, run.dag_run_id), " ", runBadge(run.status),
       run.status === "failed" ? [" ", h("button", { type: "button", "data-action": "retry-run",
         title: "run its dead jobs again, then the skipped ones after them",
         onclick: () => onRetry(dag.dag_id, run.dag_run_id) }, "Retry failed jobs")] : []]
@@ -69,8 +74,8 @@ function drawGraph(card, dag, run, onRetry) {
     h("div", { class: "graph-scroll", "data-testid": "dag-graph",
       "data-run-id": run ? run.dag_run_id : "" },
     dagGraph(dag.nodes, statuses, (n) => `#/jobs/${jobOf[n.key]}`)),
-    h("div", { class: "legend" }, LEGEND.map((st) => h("span", {},
-      h("i", { class: `swatch bg-${st}` }), st))),
+    h("div", { class: "legend", "data-testid": "dag-legend" }, LEGEND.map(([st, label]) => h("span",
+      { "data-legend": st }, h("i", { class: `swatch bg-${st}` }), label || st))),
   );
 }
 
@@ -88,7 +93,7 @@ function drawRuns(card, dag, items, selected) {
             "data-run-id": r.dag_run_id },
           h("td", {}, h("a", { href: link(`/dags/${dag.dag_id}`, { run: r.dag_run_id }) },
             h("code", {}, r.dag_run_id.slice(0, 8)))),
-          h("td", {}, statusBadge(r.status)),
+          h("td", {}, runBadge(r.status)),
           h("td", { title: fmtTime(r.started_at) }, fmtAgo(r.started_at)),
           h("td", {}, fmtMs(durationMs(r.started_at, r.finished_at))),
           h("td", {}, `${done} / ${total} succeeded`));

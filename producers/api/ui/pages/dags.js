@@ -1,7 +1,7 @@
 // DAGs: newest first, each with its latest run; a search by name, server-side.
 
 import { api } from "../api.js";
-import { clear, fmtAgo, fmtTime, h, schedule, statusBadge } from "../dom.js";
+import { clear, fmtAgo, fmtTime, h, runBadge, schedule } from "../dom.js";
 import { go, link } from "../nav.js";
 
 const PAGE_SIZE = 50;
@@ -43,7 +43,7 @@ function dagsTable(items) {
       h("td", { class: "name" }, h("a", { href: `#/dags/${d.dag_id}` }, d.name)),
       h("td", {}, String(d.node_count)),
       h("td", { class: "muted" }, schedule(d.schedule)),
-      h("td", {}, d.last_run ? statusBadge(d.last_run.status) : "—"),
+      h("td", {}, d.last_run ? runBadge(d.last_run.status) : "—"),
       h("td", { title: d.last_run ? fmtTime(d.last_run.started_at) : "" },
         d.last_run ? fmtAgo(d.last_run.started_at) : "—"),
       h("td", { class: "muted", title: fmtTime(d.created_at) }, fmtAgo(d.created_at))))));

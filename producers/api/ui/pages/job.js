@@ -3,8 +3,8 @@
 
 import { ApiError, api } from "../api.js";
 import {
-  clear, confirmDialog, durationMs, errorText, fmtAgo, fmtMs, fmtTime, h, jsonBlock, keptOpen,
-  schedule, statusBadge, toast,
+  clear, confirmDialog, dagTag, durationMs, errorText, fmtAgo, fmtMs, fmtTime, h, jsonBlock,
+  keptOpen, lifecycleBadge, schedule, statusBadge, toast,
 } from "../dom.js";
 import { redactTarget } from "../redact.js";
 
@@ -78,11 +78,17 @@ async function fetchNextRuns(jobId) {
   }
 }
 
+// The job's lifecycle (what it is) and its last run's outcome, shown apart: a cron job whose
+// manual trigger failed is "active", last run "dead"
 function drawHead(head, job) {
-  clear(head, 
+  const outcome = job.last_outcome || job.last_execution?.status;
+  clear(head,
     h("h1", { class: "job-name" }, job.name),
-    statusBadge(job.status),
+    lifecycleBadge(job.lifecycle),
     h("span", { class: `prio prio-${job.priority}` }, job.priority),
+    h("span", { class: "last-outcome muted", "data-testid": "last-outcome" }, "last run: ",
+      outcome ? statusBadge(outcome) : h("span", {}, "none yet")),
+    job.dag ? dagTag(job.dag) : null,
   );
 }
 
@@ -97,13 +103,13 @@ function drawActions(box, job, command) {
 }
 
 function drawDefinition(card, job) {
-  const dag = job.dag_id
-    ? h("a", { href: `#/dags/${job.dag_id}` }, `${job.dag_key} in DAG ${job.dag_id}`)
-    : null;
+  const dag = job.dag ? dagField(job.dag) : null;
   clear(card, 
     h("h2", {}, "Definition"),
     h("dl", { class: "kv" },
       field("job id", h("code", {}, job.job_id)),
+      field("current occurrence", [statusBadge(job.status), " ",
+        h("span", { class: "muted" }, "the status of the run now due or going")]),
       field("schedule", schedule(job.schedule)),
       field("target", jsonBlock(redactTarget(job.target))),
       field("retry", `${job.retry.max_retries} retries, ${job.retry.base_delay_s} s base, `
@@ -123,6 +129,18 @@ function drawDefinition(card, job) {
       : job.payload === null || job.payload === undefined ? h("p", { class: "muted" }, "none")
         : jsonBlock(job.payload),
   );
+}
+
+function dagField(dag) {
+  const target = `#/dags/${encodeURIComponent(dag.dag_id)}`;
+  if (dag.role === "trigger") {
+    return [h("a", { href: target, class: "dag-link" }, `DAG ${dag.dag_id}`),
+      h("span", { class: "muted" }, " (this job starts its runs)")];
+  }
+  return [h("a", { href: target, class: "dag-link" }, `${dag.key} in DAG ${dag.dag_id}`),
+    dag.dag_run_id ? [" · ", h("a", { class: "dag-run-link",
+      href: `${target}?run=${encodeURIComponent(dag.dag_run_id)}` },
+    `run ${dag.dag_run_id.slice(0, 8)}`)] : null];
 }
 
 function drawNextRuns(card, job, runs) {

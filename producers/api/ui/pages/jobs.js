@@ -2,7 +2,9 @@
 // first page refreshes itself every 5 s.
 
 import { api } from "../api.js";
-import { clear, fmtAgo, fmtTime, h, schedule, statusBadge } from "../dom.js";
+import {
+  clear, dagTag, fmtAgo, fmtTime, h, lifecycleBadge, schedule, statusBadge,
+} from "../dom.js";
 import { go, link } from "../nav.js";
 
 const PAGE_SIZE = 50;
@@ -81,16 +83,18 @@ function drawPager(pager, q, cursor, next) {
 export function jobsTable(items) {
   if (!items.length) return h("p", { class: "muted empty" }, "No jobs match.");
   return h("table", { class: "list", "data-testid": "jobs-table" },
-    h("thead", {}, h("tr", {}, ["name", "status", "priority", "schedule", "next run",
-      "last execution", "created"].map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, ["name", "job", "priority", "schedule", "next run",
+      "last run", "created"].map((c) => h("th", {}, c)))),
     h("tbody", {}, items.map((job) => h("tr", { "data-job-id": job.job_id },
-      h("td", { class: "name" }, h("a", { href: `#/jobs/${job.job_id}` }, job.name)),
-      h("td", {}, statusBadge(job.status)),
+      h("td", { class: "name" }, h("a", { href: `#/jobs/${job.job_id}` }, job.name),
+        job.dag ? [" ", dagTag(job.dag)] : null),
+      // what the job is; how its last run ended is in "last run"
+      h("td", {}, lifecycleBadge(job.lifecycle)),
       h("td", {}, h("span", { class: `prio prio-${job.priority}` }, job.priority)),
       h("td", { class: "muted" }, schedule(job.schedule)),
       h("td", { title: fmtTime(job.next_run_at) }, job.next_run_at ? fmtAgo(job.next_run_at) : "—"),
-      h("td", {}, job.last_execution
-        ? [statusBadge(job.last_execution.status), " ",
+      h("td", { class: "last-run" }, job.last_execution
+        ? [statusBadge(job.last_outcome || job.last_execution.status), " ",
           h("span", { class: "muted" }, fmtAgo(job.last_execution.scheduled_at))]
         : "—"),
       h("td", { class: "muted", title: fmtTime(job.created_at) }, fmtAgo(job.created_at)),

@@ -1,5 +1,5 @@
 // Overview: jobs by status, executions per minute by outcome, start lateness p50/p99 over
-// time, dead-letter depth and consumer lag per priority, refreshed every 5 s.
+// time, dead-letter depth and consumer lag per queue and priority, refreshed every 5 s.
 
 import { api } from "../api.js";
 import { hBars, lineChart, stackedBars } from "../charts.js";
@@ -36,7 +36,9 @@ export async function overviewPage(page) {
     }, r.label)));
   const stats = h("div", { class: "stats" });
   const charts = h("div", { class: "grid2" });
-  page.root.append(h("div", { class: "title-row" }, h("h1", {}, "Overview"), picker), stats, charts);
+  const lagCard = h("div", { class: "card", "data-testid": "lag-card" });
+  page.root.append(h("div", { class: "title-row" }, h("h1", {}, "Overview"), picker), stats, charts,
+    lagCard);
 
   await page.every(5000, async () => {
     const [overview, series, lag] = await Promise.all([
@@ -51,7 +53,53 @@ export async function overviewPage(page) {
       while (lagHistory.length > LAG_SAMPLES) lagHistory.shift();
     }
     draw(stats, charts, overview, series, lag, range);
+    drawLagTable(lagCard, lag);
   });
+}
+
+// The lag per queue, each with its priorities. An API from before queues answers the default
+// queue's priorities only (and counted transaction markers): shown as the one queue it has.
+function lagQueues(lag) {
+  if (!lag) return [];
+  if (lag.queues && lag.queues.length) return lag.queues;
+  return [{ queue: "default", lag: lag.priorities.reduce((n, p) => n + p.lag, 0),
+    priorities: lag.priorities }];
+}
+
+function priorityLag(lag, priority) {
+  const rows = lagQueues(lag).flatMap((q) => q.priorities.filter((p) => p.priority === priority));
+  return rows.length ? rows.reduce((n, p) => n + p.lag, 0) : null;
+}
+
+function lagNote(lag) {
+  if (!lag) return "";
+  if (!lag.queues) {
+    return "End offsets minus the group's committed offsets: at rest up to one per partition "
+      + "remains, the marker of the last transaction.";
+  }
+  const rough = lagQueues(lag).some((q) => q.priorities.some((p) => p.exact === false));
+  return "Execution requests the worker group has not consumed yet (transaction markers are "
+    + `not counted)${rough ? "; approximate where a partition's backlog was too large to read"
+      : ""}.`;
+}
+
+function drawLagTable(card, lag) {
+  const queues = lagQueues(lag);
+  clear(card,
+    h("h2", {}, `Consumer lag per queue and priority${lag ? ` (group ${lag.group})` : ""}`),
+    !lag ? h("p", { class: "muted" }, "Kafka did not answer.")
+      : h("table", { class: "list", "data-testid": "lag-table" },
+        h("thead", {}, h("tr", {}, ["queue", ...PRIORITIES, "total"].map((c) => h("th", {}, c)))),
+        h("tbody", {}, queues.map((q) => h("tr", { "data-queue": q.queue },
+          h("td", { class: "name" }, q.queue),
+          PRIORITIES.map((p) => {
+            const row = q.priorities.find((x) => x.priority === p);
+            return h("td", { "data-priority": p, class: row && row.lag ? "" : "muted" },
+              row ? fmtNum(row.lag) : "—");
+          }),
+          h("td", { "data-total": "" }, fmtNum(q.lag)))))),
+    lag ? h("p", { class: "chart-note" }, lagNote(lag)) : null,
+  );
 }
 
 function draw(stats, charts, overview, series, lag, range) {
@@ -60,7 +108,7 @@ function draw(stats, charts, overview, series, lag, range) {
   const buckets = series.buckets.map((b) => ({ t: Date.parse(b.start), ...b }));
   const finished = buckets.reduce((n, b) => n + b.outcomes.success + b.outcomes.failed
     + b.outcomes.dead, 0);
-  const totalLag = lag ? lag.priorities.reduce((n, p) => n + p.lag, 0) : null;
+  const totalLag = lag ? lagQueues(lag).reduce((n, q) => n + q.lag, 0) : null;
   clear(stats, 
     stat("jobs", fmtNum(overview.jobs_total), { href: "#/jobs", name: "jobs" }),
     stat("running", fmtNum(by.running || 0), { href: "#/jobs?status=running", name: "running" }),
@@ -102,22 +150,19 @@ function draw(stats, charts, overview, series, lag, range) {
       emptyText: "no jobs yet",
     }),
     lineChart({
-      title: "Consumer lag per priority (worker group, since this page opened)",
+      title: "Consumer lag per priority, every queue (worker group, since this page opened)",
       series: PRIORITIES.map((p) => ({
         key: p, label: lagLabel(lag, p),
-        points: lagHistory.map((s) => ({
-          t: s.t, v: s.lag.priorities.find((x) => x.priority === p)?.lag ?? null,
-        })),
+        points: lagHistory.map((s) => ({ t: s.t, v: priorityLag(s.lag, p) })),
       })),
       yFormat: (v) => (Number.isInteger(v) ? fmtNum(v) : v.toFixed(1)),
       emptyText: lag ? "collecting…" : "Kafka did not answer",
-      note: "End offsets minus the group's committed offsets: at rest up to one per partition "
-        + "remains, the marker of the last transaction.",
+      note: lagNote(lag),
     }),
   );
 }
 
 function lagLabel(lag, priority) {
-  const row = lag?.priorities.find((x) => x.priority === priority);
-  return row ? `${priority}: ${fmtNum(row.lag)}` : priority;
+  const n = priorityLag(lag, priority);
+  return n === null ? priority : `${priority}: ${fmtNum(n)}`;
 }
