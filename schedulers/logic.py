@@ -1088,4 +1088,7 @@ def execution_request(
         # a retry's window counts from its own due time: the worker adds it to due_at_ms
         start_within_s=definition.start_within_s,
         queue=entry.queue,
+        # the templates as written: the worker resolves the keys (docs/decisions.md)
+        concurrency=definition.concurrency,
+        rate_limit=definition.rate_limit,
     )

@@ -44,8 +44,8 @@ from duetime.schemas.codec import Codec
 
 from . import gate, metrics
 from .kafka_io import TP, AsyncProducer
-from .leases import Claim, DatabaseUnavailable, LeaseStore
-from .results import Outcome, cancelled, redacted_traceback, result_record, timed_out
+from .leases import LIMITED, Claim, DatabaseUnavailable, LeaseStore, Limits
+from .results import Outcome, cancelled, failure, redacted_traceback, result_record, timed_out
 from .targets import Targets, log_fields
 
 log = logging.getLogger("duetime.worker")
@@ -86,6 +86,14 @@ class Item(Delivery):
     """Its early arrival was counted and logged (once per delivery, however long it waits)."""
     queue: str = DEFAULT_QUEUE
     """The queue of the topic it came from (the metrics' ``queue`` label)."""
+    limits: Limits | None = None
+    """Its job's limits per key, resolved (``limits.resolve``); None: none, or they failed."""
+    limit_error: str | None = None
+    """Why its limits' keys do not resolve: the attempt fails with it, not retried."""
+    limited_since: float | None = None
+    """When a limit first held it back (monotonic): the wait-time metric."""
+    limit_pass: bool = False
+    """Let go by the limit waits to try its claim (it does not join them again first)."""
 
     @property
     def execution_id(self) -> str:
@@ -130,6 +138,8 @@ class Executor:
         on_fatal: Callable[[BaseException], None],
         running_event_after_s: float = 0.0,
         clock: Clock = SYSTEM_CLOCK,
+        on_limit_answer: Callable[[Item, Claim], None] | None = None,
+        on_limit_freed: Callable[[Item], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.clock = clock
@@ -143,6 +153,8 @@ class Executor:
         self._on_finished = on_finished
         self._on_lease_wait = on_lease_wait
         self._on_fatal = on_fatal
+        self._on_limit_answer = on_limit_answer
+        self._on_limit_freed = on_limit_freed
         self.running_event_after_s = running_event_after_s
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = 0
@@ -260,6 +272,8 @@ class Executor:
 
         try:
             claim = await self._claim(item)
+            if claim is not None and item.limits is not None and self._on_limit_answer:
+                self._on_limit_answer(item, claim)  # limits.py: wait, or let the next try
             if claim is None or claim.token is None:
                 free_slot()
                 if claim is not None:
@@ -267,6 +281,12 @@ class Executor:
                 return
             token = item.token = claim.token
             self._held[item.execution_id] = item
+            if item.limit_error is not None:  # its limit keys do not resolve: fail, not run
+                now_ms = self.clock.now_ms()
+                free_slot()
+                refused = failure("LimitKeyError", item.limit_error, retryable=False)
+                await self._report(item, token, refused, now_ms, now_ms)
+                return
             if claim.cancelled:  # cancelled before this attempt ran: report, do not run
                 metrics.CANCELLED.labels(stage="claimed").inc()
                 now_ms = self.clock.now_ms()
@@ -329,7 +349,11 @@ class Executor:
         try:
             request = item.request
             return await self.leases.claim(
-                item.execution_id, request.attempt, request.job_id, request.dag_run_id
+                item.execution_id,
+                request.attempt,
+                request.job_id,
+                request.dag_run_id,
+                limits=item.limits,
             )
         except DatabaseUnavailable as exc:  # the worker is stopping while PostgreSQL is away
             log.warning("no lease: %s", exc, extra=item.fields())
@@ -491,6 +515,10 @@ class Executor:
 
     async def _conflict(self, item: Item, claim: Claim) -> None:
         kind = claim.conflict or "busy"
+        if kind == LIMITED:
+            if self._on_limit_answer is None:  # nobody keeps limit waits: a plain retry
+                self._on_lease_wait(item, max(claim.retry_in_s, 0.25))
+            return  # else on_limit_answer parked it, to wait for its slot or token
         metrics.LEASE_CONFLICTS.labels(kind=kind).inc()
         if kind == "busy":
             log.info(
@@ -526,3 +554,5 @@ class Executor:
     def _release_hold(self, item: Item) -> None:
         if self._held.get(item.execution_id) is item:
             del self._held[item.execution_id]
+            if item.limits is not None and self._on_limit_freed is not None:
+                self._on_limit_freed(item)  # its slot is free (completed or handed back)

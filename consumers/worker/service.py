@@ -55,11 +55,11 @@ from duetime.core.records import ExecutionRequest
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
-from . import gate, metrics
+from . import gate, limits, metrics
 from .execution import Delivery, Executor, Item
 from .http_target import HttpCaller, close_session, new_session
 from .kafka_io import TP, AsyncProducer, ConsumerThread
-from .leases import LeaseStore
+from .leases import LIMITED, Claim, LeaseStore
 from .offsets import OffsetTracker
 from .results import check_request, redacted_traceback
 from .settings import WorkerSettings
@@ -86,6 +86,7 @@ class _State:
         default_factory=lambda: dict.fromkeys(PRIORITY_ORDER, 0)
     )
     lease_waits: list[tuple[float, int, str]] = field(default_factory=list)
+    limit_waits: limits.LimitWaits = field(default_factory=limits.LimitWaits)
     assigned: set[TP] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
 
@@ -172,6 +173,8 @@ class Worker:
             on_fatal=self._fatal,
             running_event_after_s=s.running_event_after_s,
             clock=clock,
+            on_limit_answer=self._limit_answer,
+            on_limit_freed=self._limit_freed,
         )
         self.consumer = ConsumerThread(
             consumer,
@@ -229,6 +232,7 @@ class Worker:
                     await asyncio.wait_for(self._stop.wait(), _HOUSEKEEPING_S)
                 try:
                     self._requeue_due_lease_waits()
+                    self._let_limit_waiters_go()
                     self._start_ready()
                     self._apply_backpressure()
                     if time.monotonic() - self._committed_at >= self.settings.commit_interval_s:
@@ -362,6 +366,7 @@ class Worker:
             )
             check_request(request)
             gate.check_window(request.start_within_s)
+            limits.check_limits(request)
         except (DecodeError, ValueError, KeyError) as exc:
             self.executor.park_poison(msg, tp, offset, f"{type(exc).__name__}: {exc}")
             return
@@ -385,6 +390,11 @@ class Worker:
             msg=msg,
             queue=self._queue_of[tp[0]],
         )
+        if request.concurrency is not None or request.rate_limit is not None:
+            try:
+                item.limits = limits.resolve(request)
+            except ValueError as exc:  # reported as the attempt's failure once it is claimed
+                item.limit_error = str(exc)
         self.state.items[key] = item
         self.state.outstanding[priority] += 1
         self.state.queues[priority].append(Waiting(time.monotonic(), key))
@@ -412,7 +422,7 @@ class Worker:
             if item is None:
                 continue  # dropped meanwhile (revoked partition)
             item.enqueued_at = waiting.enqueued_at
-            if self._held_early(item):
+            if self._held_early(item) or self._limit_parked(item):
                 continue
             st.running[chosen] += 1
             self.executor.start(item)
@@ -453,6 +463,60 @@ class Worker:
         self._seq += 1
         heapq.heappush(self.state.lease_waits, (time.monotonic() + early_s, self._seq, item.key))
         return True
+
+    # --- limits per key (limits.py) -------------------------------------------------------
+
+    def _limit_parked(self, item: Item) -> bool:
+        """True when ``item``'s key already has waiters: it joins them without a claim."""
+        if item.limits is None or item.limit_pass:
+            item.limit_pass = False
+            return False
+        wait_key = self.state.limit_waits.blocking(item.limits)
+        if wait_key is None:
+            return False
+        now = time.monotonic()
+        if item.limited_since is None:
+            item.limited_since = now
+        self.state.limit_waits.park(item.key, wait_key, item.priority, item.enqueued_at, now)
+        return True
+
+    def _limit_answer(self, item: Item, claim: Claim) -> None:
+        """A limited item's claim answered: wait for the limit that refused it, or let the
+        next waiter of its keys try (a limit of N lets N go, one claim after the other)."""
+        waits = self.state.limit_waits
+        now = time.monotonic()
+        assert item.limits is not None
+        if claim.conflict == LIMITED:
+            reason = claim.waiting or "concurrency"
+            metrics.LIMIT_REFUSED.labels(reason=reason).inc()
+            if item.limited_since is None:
+                item.limited_since = now
+            if item.tp not in self.state.assigned or self._stopping:
+                self._finished(item, done=False)  # its partition moved: redelivered there
+                return
+            wait_key = next(
+                (k for k in limits.wait_keys(item.limits) if limits.reason_of(k) == reason),
+                limits.wait_keys(item.limits)[0],
+            )
+            waits.park(item.key, wait_key, item.priority, item.enqueued_at, now, claim.retry_in_s)
+            return
+        for wait_key in limits.wait_keys(item.limits):
+            waits.wake(wait_key, now)
+        if claim.token is not None and item.limited_since is not None:
+            metrics.LIMIT_WAIT_SECONDS.observe(now - item.limited_since)
+            item.limited_since = None
+
+    def _limit_freed(self, item: Item) -> None:
+        """A limited execution ended here: its concurrency slot is free (wake its waiters)."""
+        if item.limits is not None and item.limits.concurrency_key is not None:
+            self.state.limit_waits.wake("c:" + item.limits.concurrency_key, time.monotonic())
+
+    def _let_limit_waiters_go(self) -> None:
+        for key in self.state.limit_waits.due(time.monotonic()):
+            item = self.state.items.get(key)
+            if item is not None:  # back to the head of its queue, keeping its age
+                item.limit_pass = True
+                self.state.queues[item.priority].appendleft(Waiting(item.enqueued_at, key))
 
     def _slot_freed(self, item: Item) -> None:
         self.state.running[item.priority] -= 1
@@ -617,6 +681,8 @@ class Worker:
                 waits.append(entry)
         heapq.heapify(waits)
         st.lease_waits = waits
+        for key in st.limit_waits.drop(lambda key: key in st.items and which(st.items[key])):
+            self._finished(st.items[key], done=False)
 
     # --- beside the loop ------------------------------------------------------------------
 
@@ -691,6 +757,8 @@ class Worker:
             for priority in PRIORITY_ORDER:
                 metrics.QUEUED.labels(queue=q, priority=priority.value).set(waiting[(q, priority)])
         metrics.PAUSED.set(sum(1 for tp in st.assigned if tp[0] in st.paused))
+        for reason, count in st.limit_waits.counts().items():
+            metrics.LIMIT_WAITING.labels(reason=reason).set(count)
 
 
 def _task_registry(settings: WorkerSettings, registry: TaskRegistry | None) -> TaskRegistry:

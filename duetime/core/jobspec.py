@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import keys
 from .errors import PayloadTooLarge, ValidationError
 from .inputs import (
     RESERVED_PREFIX,
@@ -79,6 +80,8 @@ _KEYS = frozenset(
         "depends_on",
         "start_within_s",
         "queue",
+        "concurrency",
+        "rate_limit",
     }
 )
 CONTENT_FIELDS = (
@@ -97,6 +100,8 @@ CONTENT_FIELDS = (
     "labels",
     "start_within_s",
     "queue",
+    "concurrency",
+    "rate_limit",
 )
 """The fields that make a definition; two definitions equal on these are the same job."""
 
@@ -328,6 +333,8 @@ def build_job(
         "labels": labels,
         "start_within_s": start_within_s,
         "queue": queue_of(body.get("queue", DEFAULT_QUEUE)),
+        "concurrency": concurrency_of(body.get("concurrency"), body.get("payload")),
+        "rate_limit": rate_limit_of(body.get("rate_limit"), body.get("payload")),
     }
     if start_within_s is not None and (definition["dag_id"] or depends_on):
         # the DAG resolver knows no expired node yet: the run would wait for it forever
@@ -336,6 +343,38 @@ def build_job(
         )
     _check_size(definition)
     return JobDefinition.from_avro(definition)
+
+
+def _limit_error(name: str, exc: keys.KeyTemplateError) -> ValidationError:
+    """The 422 of a limit, naming its sub-field when the message starts with one."""
+    message = str(exc)
+    sub = message.split(" ", 1)[0]
+    if sub in ("key", "limit", "per_s", "burst"):
+        return ValidationError(f"{name}.{message}", field=f"{name}.{sub}")
+    return ValidationError(f"{name} {message}", field=name)
+
+
+def concurrency_of(raw: Any, payload: Any) -> dict[str, Any] | None:
+    """``concurrency``: null or ``{"key": template, "limit": 1..100000}``; the key template
+    must resolve against the job's payload (``duetime.core.keys``)."""
+    if raw is None:
+        return None
+    try:
+        template, limit = keys.check_concurrency(raw, payload)
+    except keys.KeyTemplateError as exc:
+        raise _limit_error("concurrency", exc) from None
+    return {"key": template, "limit": limit}
+
+
+def rate_limit_of(raw: Any, payload: Any) -> dict[str, Any] | None:
+    """``rate_limit``: null or ``{"key": template, "per_s": > 0, "burst": 1..100000}``."""
+    if raw is None:
+        return None
+    try:
+        template, per_s, burst = keys.check_rate_limit(raw, payload)
+    except keys.KeyTemplateError as exc:
+        raise _limit_error("rate_limit", exc) from None
+    return {"key": template, "per_s": per_s, "burst": burst}
 
 
 def queue_of(raw: Any) -> str:
@@ -455,4 +494,6 @@ def job_to_api(definition: JobDefinition) -> dict[str, Any]:
         "depends_on": list(definition.depends_on),
         "start_within_s": definition.start_within_s,
         "queue": definition.queue,
+        "concurrency": None if definition.concurrency is None else definition.concurrency.to_avro(),
+        "rate_limit": None if definition.rate_limit is None else definition.rate_limit.to_avro(),
     }

@@ -159,6 +159,8 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "timeout_s": row.timeout_s,
         "start_within_s": row.start_within_s,
         "queue": row.queue,
+        "concurrency": row.concurrency,
+        "rate_limit": row.rate_limit,
         "misfire": row.misfire,
         "overlap": row.overlap,
         "labels": row.labels,
@@ -209,6 +211,8 @@ def job_spec(row: JobRow) -> dict[str, Any]:
         "depends_on": list(row.depends_on or []),
         "start_within_s": row.start_within_s,
         "queue": row.queue,
+        "concurrency": row.concurrency,
+        "rate_limit": row.rate_limit,
     }
 
 

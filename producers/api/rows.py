@@ -97,6 +97,8 @@ class JobRow(_Row):
     deleted: bool = False
     start_within_s: float | None = None
     queue: str = "default"
+    concurrency: Any = None
+    rate_limit: Any = None
     last_execution: Any = None
     """The job's latest execution as JSON (``to_jsonb``), when the query joined it."""
 

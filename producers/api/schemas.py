@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from duetime.core.jobspec import CALLABLE_REF_PATTERN, TASK_NAME_PATTERN, TOPIC_PATTERN
+from duetime.core.keys import MAX_BURST, MAX_LIMIT, MAX_PER_S, MAX_TEMPLATE_CHARS
 from duetime.core.retry import MAX_DELAY_LIMIT_S, MAX_RETRIES_LIMIT, MIN_BASE_DELAY_S
 from duetime.core.topics import DEFAULT_QUEUE, QUEUE_PATTERN
 
@@ -124,6 +125,12 @@ class JobOut(BaseModel):
         None, description="start window, seconds after the due time (null: no limit)"
     )
     queue: str = Field("default", description="the queue whose workers run the job")
+    concurrency: dict[str, Any] | None = Field(
+        None, description="concurrency limit per key ({key, limit}; null: none)"
+    )
+    rate_limit: dict[str, Any] | None = Field(
+        None, description="rate limit per key ({key, per_s, burst}; null: none)"
+    )
     misfire: str
     overlap: str
     labels: dict[str, str]
@@ -410,6 +417,14 @@ TARGET_SCHEMA: dict[str, Any] = {
         },
     ]
 }
+_LIMIT_KEY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_TEMPLATE_CHARS,
+    "description": "literal text with {payload.field} placeholders (e.g. tenant-{payload.tenant}); "
+    "{{ and }} are literal braces; a field the payload lacks is a 422",
+}
+
 _JOB_PROPERTIES: dict[str, Any] = {
     "job_id": {
         "type": ["string", "null"],
@@ -453,6 +468,29 @@ _JOB_PROPERTIES: dict[str, Any] = {
         "default": DEFAULT_QUEUE,
         "description": "the queue whose workers run the job (it must exist: "
         "`duetime queues create NAME`; else 422 naming `queue`)",
+    },
+    "concurrency": {
+        "type": ["object", "null"],
+        "required": ["key", "limit"],
+        "properties": {
+            "key": _LIMIT_KEY_SCHEMA,
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+        },
+        "additionalProperties": False,
+        "description": "at most `limit` executions with the same key run at once, across all "
+        "workers and queues; the others wait queued (limit 1: one after the other)",
+    },
+    "rate_limit": {
+        "type": ["object", "null"],
+        "required": ["key", "per_s", "burst"],
+        "properties": {
+            "key": _LIMIT_KEY_SCHEMA,
+            "per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_PER_S},
+            "burst": {"type": "integer", "minimum": 1, "maximum": MAX_BURST},
+        },
+        "additionalProperties": False,
+        "description": "a token bucket per key shared by all workers: executions over the "
+        "rate wait rather than fail",
     },
     "misfire": {"enum": ["skip", "run_once", "run_all"], "default": "run_once"},
     "overlap": {"enum": ["skip", "allow", "queue_one"], "default": "skip"},
