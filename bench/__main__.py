@@ -13,6 +13,7 @@ SUITES = {
     "day": "bench.day",
     "compare": "bench.compare",
     "http": "bench.http_rate",
+    "limits": "bench.limits",
 }
 
 

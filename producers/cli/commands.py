@@ -158,6 +158,12 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--misfire", choices=("skip", "run_once", "run_all"))
     parser.add_argument("--overlap", choices=("skip", "allow", "queue_one"))
+    limits = parser.add_argument_group("limits per key (the key may use {payload.field})")
+    limits.add_argument("--concurrency-key", metavar="TEMPLATE", help="e.g. tenant-{payload.t}")
+    limits.add_argument("--concurrency-limit", type=int, metavar="N", help="at most N at once")
+    limits.add_argument("--rate-key", metavar="TEMPLATE", help="the rate limit's key")
+    limits.add_argument("--rate-per-s", type=float, metavar="R", help="starts a second")
+    limits.add_argument("--rate-burst", type=int, metavar="B", help="starts at once")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
 
 
@@ -175,9 +181,26 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
         **{key: getattr(args, key) for key in ("priority", "timeout_s", "misfire", "overlap")},
         # getattr with a default: a caller's own namespace (tests, scripts) may predate it
         "start_within_s": getattr(args, "start_within_s", None),
+        **_limit_flags(args),
         "job_id": args.job_id,
     }
     return {**body, **payload, **{k: v for k, v in flags.items() if v is not None}}
+
+
+def _limit_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """``concurrency`` / ``rate_limit`` from their flags, when any of a limit's is given (one
+    missing is then named by the API's 422)."""
+    flags = {
+        "concurrency": {"key": "concurrency_key", "limit": "concurrency_limit"},
+        "rate_limit": {"key": "rate_key", "per_s": "rate_per_s", "burst": "rate_burst"},
+    }
+    out: dict[str, Any] = {}
+    for limit, names in flags.items():
+        # getattr with a default: a caller's own namespace (tests, scripts) may predate them
+        given = {k: v for k, name in names.items() if (v := getattr(args, name, None)) is not None}
+        if given:
+            out[limit] = given
+    return out
 
 
 def _base_body(raw: str | None) -> dict[str, Any]:

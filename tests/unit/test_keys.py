@@ -258,3 +258,32 @@ def test_a_quiet_bucket_fills_to_burst_and_no_further(
     expected = min(float(burst), quiet_s * per_s)
     assert ok == (expected >= 1)
     assert left == pytest.approx(expected - 1 if ok else expected)
+
+
+# --- the CLI's flags ---------------------------------------------------------------------
+
+
+def test_cli_limit_flags_make_the_limits_and_leave_them_out_when_not_given() -> None:
+    import argparse
+
+    from duetime.producers.cli.commands import _create_body, add_jobs_arguments
+
+    parser = argparse.ArgumentParser()
+    add_jobs_arguments(parser)
+    base = ["create", "--name", "x", "--url-target", "https://example.com/hook"]
+    args = parser.parse_args(
+        [
+            *base,
+            *("--concurrency-key", "t-{payload.t}", "--concurrency-limit", "2"),
+            *("--rate-key", "api", "--rate-per-s", "1.5", "--rate-burst", "3"),
+        ]
+    )
+    body = _create_body(args)
+    assert body["concurrency"] == {"key": "t-{payload.t}", "limit": 2}
+    assert body["rate_limit"] == {"key": "api", "per_s": 1.5, "burst": 3}
+    plain = _create_body(parser.parse_args(base))
+    assert "concurrency" not in plain and "rate_limit" not in plain
+    # half a limit goes to the API as given: its 422 names what is missing
+    half = _create_body(parser.parse_args([*base, "--concurrency-limit", "2"]))
+    with pytest.raises(ValidationError, match="misses key"):
+        build_job(half, now_ms=1_700_000_000_000)

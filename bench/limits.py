@@ -1,0 +1,178 @@
+"""Throughput with limits per key on next to limits off, in the same run (issue 18).
+
+    ./run bench limits drain --workers 2 --jobs 10000 --rounds 2
+
+The worker-only drain of ``bench.worker_throughput`` (J execution requests written straight
+to exec.normal, then N worker processes started; throughput = J / (last success - first
+start); no-op Python targets, so the figures are duetime's own cost), once per mode and
+round, the modes interleaved so that a change in the machine's load hits all of them:
+
+- ``off``: no limits (the plain lease claim);
+- ``concurrency``: every request has ``concurrency {"key": "k-{payload.k}", "limit": 1000}``
+  on 20 keys: each claim resolves the key, takes the per-key lock, counts the live leases and
+  writes the key, but the limit (20 x 1,000) is above what the workers run at once, so what
+  is measured is the limits' cost, not the waiting they impose;
+- ``rate``: ``rate_limit {"key": "k-{payload.k}", "per_s": 100000, "burst": 100000}``: the
+  bucket is read and written by every claim, never empty;
+- ``both``: the two together.
+
+The cost of a mode is 1 - its median throughput / the median of ``off``. Results:
+bench/results/worker-limits.json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from contextlib import ExitStack
+from typing import Any
+
+from confluent_kafka import Producer
+
+from bench.common import plot_series, progress, write_result
+from bench.worker_throughput import (
+    NOOP,
+    PARTITIONS,
+    WORKER_CONCURRENCY,
+    Results,
+    fresh,
+    scrape,
+    stack,
+    start_workers,
+    stop,
+    summarize_run,
+    wait_done,
+)
+
+MODES = ("off", "concurrency", "rate", "both")
+KEYS = 20
+
+
+def limits_of(mode: str) -> dict[str, Any]:
+    concurrency = {"key": "k-{payload.k}", "limit": 1000}
+    rate = {"key": "k-{payload.k}", "per_s": 100000.0, "burst": 100000}
+    return {
+        "off": {},
+        "concurrency": {"concurrency": concurrency},
+        "rate": {"rate_limit": rate},
+        "both": {"concurrency": concurrency, "rate_limit": rate},
+    }[mode]
+
+
+def produce(common: Any, n: int, mode: str) -> None:
+    """``n`` requests onto exec.normal, with the mode's limits (the scheduler's part skipped)."""
+    from duetime.core.topics import Topics
+    from duetime.schemas.codec import Codec
+
+    codec = Codec()
+    topic = Topics(common.topic_prefix).execution("normal")
+    producer = Producer({"bootstrap.servers": common.bootstrap_servers, "linger.ms": 20})
+    now_ms = time.time_ns() // 1_000_000
+    extra = limits_of(mode)
+    for i in range(n):
+        record: dict[str, Any] = {
+            "execution_id": str(uuid.uuid4()),
+            "job_id": str(uuid.uuid4()),
+            "name": "limits",
+            "attempt": 1,
+            "scheduled_at_ms": now_ms,
+            "due_at_ms": now_ms,
+            "emitted_at_ms": now_ms,
+            "priority": "normal",
+            "target": {"ref": NOOP},
+            "payload_json": f'{{"k": {i % KEYS}}}',
+            "timeout_s": 60.0,
+            "trigger": "schedule",
+            **extra,
+        }
+        while True:
+            try:
+                producer.produce(topic, codec.encode("execution", record), key=record["job_id"])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
+
+
+def one_run(base: Any, topics: ExitStack, mode: str, workers: int, jobs: int) -> dict[str, Any]:
+    common = topics.enter_context(fresh(base))
+    produce(common, jobs, mode)
+    results = Results(common)
+    procs = start_workers(common, workers, f"limits-{mode}")
+    try:
+        wait_done(results, jobs, 120 + jobs / 50)
+        metrics = scrape(workers)
+    finally:
+        results.close()
+        stop(procs)
+    first_start = min(r[0][0] for r in results.running.values()) / 1000
+    run = summarize_run(f"{mode}, {workers} workers", results, jobs, first_start, metrics, workers)
+    run["mode"] = mode
+    return run
+
+
+def scenario_drain(workers: int, jobs: int, rounds: int) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+    with stack(PARTITIONS) as base, ExitStack() as topics:
+        for round_no in range(rounds):
+            # interleaved, and the order turned each round: no mode always runs first
+            order = MODES if round_no % 2 == 0 else tuple(reversed(MODES))
+            for mode in order:
+                runs.append(one_run(base, topics, mode, workers, jobs))
+                runs[-1]["round"] = round_no + 1
+    median = {
+        mode: statistics.median(r["throughput_jobs_per_s"] for r in runs if r["mode"] == mode)
+        for mode in MODES
+    }
+    cost = {m: round(100 * (1 - median[m] / median["off"]), 1) for m in MODES if m != "off"}
+    result = {
+        "scenario": "worker-limits",
+        "jobs": jobs,
+        "throughput_jobs_per_s": median,
+        "cost_percent": cost,
+        "lost": sum(r["lost"] for r in runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "runs": runs,
+        "config": {
+            "workers": workers,
+            "rounds": rounds,
+            "partitions": PARTITIONS,
+            "worker_concurrency": WORKER_CONCURRENCY,
+            "target": NOOP,
+            "keys": KEYS,
+            "limits": {m: limits_of(m) for m in MODES},
+            "measured": "first start → last success (worker only, requests written ahead)",
+            "command": f"./run bench limits drain --workers {workers} --jobs {jobs} "
+            f"--rounds {rounds}",
+        },
+    }
+    plot_series(
+        "worker-limits",
+        f"worker throughput with limits per key on and off, {jobs:,} no-op jobs, {workers} workers",
+        {
+            mode: (
+                [r["round"] for r in runs if r["mode"] == mode],
+                [r["throughput_jobs_per_s"] for r in runs if r["mode"] == mode],
+            )
+            for mode in MODES
+        },
+        "round",
+        "executions per second",
+    )
+    write_result("worker-limits", result)
+    progress(f"median jobs/s {median}; cost vs off {cost} %")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./run bench limits", description=__doc__)
+    parser.add_argument("scenario", choices=["drain"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    result = scenario_drain(args.workers, args.jobs, args.rounds)
+    return 0 if result["lost"] == 0 and result["duplicates"] == 0 else 1
