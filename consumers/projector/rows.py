@@ -343,6 +343,8 @@ def error_json(error: ErrorInfo) -> dict[str, Any]:
     which has its own column (the latest attempt's only), so list reads stay small."""
     data = error.to_avro()
     data.pop("traceback", None)
+    if not data.get("exception_types"):  # only a task's failure has them: rows stay as before
+        data.pop("exception_types", None)
     return data
 
 

@@ -30,6 +30,8 @@ What a target receives is API.md's request (see ``targets.py``). What the worker
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import json
 import logging
 import re
@@ -43,6 +45,7 @@ from aiohttp.resolver import DefaultResolver
 from multidict import CIMultiDict
 from yarl import URL
 
+from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.records import ExecutionRequest
 from duetime.core.redact import redact_url
 
@@ -138,10 +141,12 @@ class HttpCaller:
         session: aiohttp.ClientSession,
         policy: EgressPolicy,
         secrets: Mapping[str, str],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.session = session
         self.policy = policy
         self._secrets = secrets
+        self.clock = clock  # an HTTP-date Retry-After counts from now
 
     async def call(
         self,
@@ -179,7 +184,9 @@ class HttpCaller:
                     retryable=True,
                     reason="http_status",
                     http_status=status,
-                    retry_after_s=retry_after_s(response.headers.get("Retry-After")),
+                    retry_after_s=retry_after_s(
+                        response.headers.get("Retry-After"), self.clock.now_ms()
+                    ),
                 )
         except TimeoutError:
             return failure(
@@ -308,15 +315,40 @@ def _clean(text: str, limit: int) -> str:
     return _PRINTABLE_RE.sub("?", text)[:limit]
 
 
-def retry_after_s(value: str | None) -> float | None:
-    """A numeric ``Retry-After`` in seconds, if sane (the HTTP-date form is ignored)."""
+def retry_after_s(value: str | None, now_ms: int) -> float | None:
+    """A ``Retry-After`` answer as seconds from ``now_ms``: delay-seconds (``120``; a decimal
+    is tolerated) or an HTTP date (``Wed, 21 Oct 2026 07:28:00 GMT``; a past date is 0).
+    Capped at ``MAX_RETRY_AFTER_S`` (the scheduler caps it again at the job's
+    ``retry.max_delay_s``); None when absent or not one of those forms (the backoff then
+    applies). Pure: the target's header is hostile input, so anything odd is None, never an
+    error."""
     if value is None:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
+    text = value.strip()
+    if not text or len(text) > 64:
         return None
-    return seconds if 0 <= seconds <= MAX_RETRY_AFTER_S else None
+    seconds = (
+        float(text) if _DELAY_SECONDS_RE.match(text) else _seconds_until_http_date(text, now_ms)
+    )
+    if seconds is None:
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+_DELAY_SECONDS_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,6})?$")
+
+
+def _seconds_until_http_date(text: str, now_ms: int) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; "-0000" parses naive
+        when = when.replace(tzinfo=datetime.UTC)
+    try:
+        return when.timestamp() - now_ms / 1000.0
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def request_body(request: ExecutionRequest, payload: Any, scheduled_at: str) -> bytes:

@@ -153,7 +153,7 @@ class Worker:
         """Built on the first kafka target (most workers never have one)."""
         targets = Targets(
             registry=self.registry,
-            http=HttpCaller(self._http, s.egress, s.secrets),
+            http=HttpCaller(self._http, s.egress, s.secrets, clock=self.clock),
             kafka_producer=self._kafka_target_producer,
             worker_id=self.worker_id,
             topic_prefix=self.common.topic_prefix,

@@ -138,13 +138,25 @@ are not in it: they are retried or end the cycle as before."""
 
 # Typed exceptions a Python task may raise to steer its own outcome.
 class RetryLater(RetryableError):
-    """Raised by a task: fail this attempt and retry after ``delay_s`` (or the policy's delay)."""
+    """Raised by a task: fail this attempt and retry after ``delay_s`` (or the policy's delay).
+
+    With ``snooze=True`` the execution runs again after ``delay_s`` without using an attempt
+    of the retry policy, up to ``duetime.core.retry_rules.MAX_SNOOZES`` times per execution;
+    past that a snooze counts as an attempt (a job cannot snooze forever). The attempt shows
+    in the execution's history with reason ``snoozed``."""
 
     code = "retry_later"
 
-    def __init__(self, message: str = "task asked to retry", *, delay_s: float | None = None):
-        super().__init__(message, details={"delay_s": delay_s})
+    def __init__(
+        self,
+        message: str = "task asked to retry",
+        *,
+        delay_s: float | None = None,
+        snooze: bool = False,
+    ):
+        super().__init__(message, details={"delay_s": delay_s, "snooze": snooze})
         self.delay_s = delay_s
+        self.snooze = snooze
 
 
 class FailPermanently(PermanentError):
