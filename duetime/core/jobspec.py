@@ -401,6 +401,15 @@ def _schedule(raw: Any) -> dict[str, Any] | None:
 def _check_keys(body: Any) -> None:
     if not isinstance(body, Mapping):
         raise ValidationError("a job must be a JSON object", field="")
+    for directive in ("unique", "debounce"):
+        if directive in body:  # the REST route takes them out before it builds the job
+            raise ValidationError(
+                f"{directive} is applied by the REST API's POST /v1/jobs (one job a call), "
+                "which holds each key's row in PostgreSQL; the Kafka-direct JobClient, the "
+                "batch route and updates cannot apply it: create this job through POST /v1/jobs "
+                "(duetime jobs create)",
+                field=directive,
+            )
     unknown = sorted(k for k in body if k not in _KEYS)
     if unknown:
         raise ValidationError(f"unknown job field(s): {', '.join(unknown)}", field=unknown[0])

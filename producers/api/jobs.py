@@ -18,7 +18,7 @@ from duetime.core.schedule import OneTime, next_fire, parse_schedule
 from duetime.core.topics import QUEUE_PATTERN
 from duetime.producers import updates
 
-from . import convert, store
+from . import convert, store, uniqueness
 from .deps import Res, Resources, parse_id, read_json, validated
 from .errors import PreconditionFailed
 from .pagination import decode_cursor, page_of
@@ -63,8 +63,14 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
     body = await read_json(request, res.settings)
     if not isinstance(body, dict):
         raise ValidationError("a job must be a JSON object", field="")
+    body, directive = uniqueness.take_directive(body, res.now())  # unique / debounce
     definition = validated(res.client.build, body)
     async with res.pool.connection() as conn, conn.transaction():
+        claim = uniqueness.Claim()
+        if directive is not None:  # the key's row stays locked until this transaction ends
+            claim = await uniqueness.claim(conn, directive, definition.job_id, res.now())
+            if claim.duplicate_of is not None:
+                return await uniqueness.deduplicated(conn, claim.duplicate_of, response)
         new = await store.insert_new_job(conn, definition)
         if new is None:
             row = await store.existing_job(conn, definition.job_id)
@@ -78,6 +84,12 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
         await res.writer.publish(
             lambda done: res.client.publish_definition(definition, wait=False, on_delivery=done)
         )
+        if claim.replaces is not None:
+            await uniqueness.cancel_replaced(res, claim.replaces)
+            return {
+                **_created(definition.job_id, new.status, new.next_run_at),
+                "replaced_job_id": claim.replaces,
+            }
     return _created(definition.job_id, new.status, new.next_run_at)
 
 

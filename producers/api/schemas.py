@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from duetime.core.jobspec import CALLABLE_REF_PATTERN, TASK_NAME_PATTERN, TOPIC_PATTERN
 from duetime.core.keys import MAX_BURST, MAX_LIMIT, MAX_PER_S, MAX_TEMPLATE_CHARS
 from duetime.core.retry import MAX_DELAY_LIMIT_S, MAX_RETRIES_LIMIT, MIN_BASE_DELAY_S
+from duetime.core.retry_rules import MAX_ERROR_NAME_CHARS, MAX_NON_RETRYABLE
 from duetime.core.topics import DEFAULT_QUEUE, QUEUE_PATTERN
 
 Status = Literal[
@@ -159,6 +160,12 @@ class JobCreatedOut(BaseModel):
     job_id: str
     status: Status
     next_run_at: datetime | None
+    deduplicated: bool = Field(
+        False, description="unique: the key's window holds this (first) job; nothing was created"
+    )
+    replaced_job_id: str | None = Field(
+        None, description="debounce: the pending job of the key this create cancelled"
+    )
 
 
 class JobPage(BaseModel):
@@ -451,6 +458,22 @@ _JOB_PROPERTIES: dict[str, Any] = {
                 "maximum": MAX_DELAY_LIMIT_S,
             },
             "jitter": {"type": "boolean"},
+            "non_retryable_http_statuses": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 300, "maximum": 599},
+                "maxItems": MAX_NON_RETRYABLE,
+                "description": "statuses that send the execution to the DLQ at once",
+            },
+            "non_retryable_errors": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": MAX_ERROR_NAME_CHARS},
+                "maxItems": MAX_NON_RETRYABLE,
+                "description": "exception types (ValueError, pkg.mod:Cls) that are not retried",
+            },
+            "respect_retry_after": {
+                "type": "boolean",
+                "description": "an HTTP target's Retry-After sets the delay (<= max_delay_s)",
+            },
         },
         "additionalProperties": False,
     },
