@@ -158,6 +158,8 @@ def run_dev(args: argparse.Namespace) -> int:
             # tasks. An operator's own setting wins.
             "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
             "DUETIME_WORKER_PYTHON_MODULES": "duetime.demo",
+            # the demo writes its first jobs while the workers join: read from the beginning
+            "DUETIME_WORKER_NEW_GROUP_START": "beginning",
             **os.environ,
             "DUETIME_KAFKA_BOOTSTRAP": common.bootstrap_servers,
             "DUETIME_DATABASE_URL": common.database_url,

@@ -91,6 +91,10 @@ def role_env(
         "DUETIME_LOG_LEVEL": "INFO",
         "DUETIME_WORKER_EGRESS_ALLOW": "loopback",
         "DUETIME_WORKER_PYTHON_MODULES": python_modules,
+        # a test's or benchmark's topics are new and its jobs are often written before its
+        # workers have their partitions: read from the beginning (the production default,
+        # the end, is what tests/e2e/test_queue_pools.py runs)
+        "DUETIME_WORKER_NEW_GROUP_START": "beginning",
     }
     env.update(extra)
     return env

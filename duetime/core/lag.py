@@ -15,6 +15,7 @@ joins the group it reports on).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
+    KafkaException,
     TopicPartition,
 )
 
@@ -33,9 +35,12 @@ from confluent_kafka import (
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined, unused-ignore]
 
 from . import kafka
+from .backoff import retry_transient
 from .config import CommonSettings
 from .models import PRIORITY_ORDER, Priority
 from .topics import DEFAULT_QUEUE, Topics
+
+log = logging.getLogger("duetime.lag")
 
 EXACT_BELOW = 200
 """A partition's offset gap up to this is counted in records (read); above it, in offsets."""
@@ -122,8 +127,22 @@ def queue_lag(
         if t in md.topics and md.topics[t].error is None
         for p in md.topics[t].partitions
     ]
-    ends = _offsets(admin, tps, latest=True, timeout_s=timeout_s)
-    starts = _offsets(admin, tps, latest=False, timeout_s=timeout_s)
+    # a partition whose leader is moving, or that was just created, answers "not leader" for
+    # a moment (measured: up to 3.5 s after creation on a loaded 2-core machine): retried for
+    # up to 3 * timeout_s, then the error is the caller's
+    deadline = time.monotonic() + 3 * timeout_s
+
+    def offsets(latest: bool) -> dict[TP, int]:
+        return retry_transient(
+            lambda: _offsets(admin, tps, latest=latest, timeout_s=timeout_s),
+            transient=_retriable,
+            dependency="kafka",
+            what="reading end offsets for the lag",
+            logger=log,
+            stopping=lambda: time.monotonic() > deadline,
+        )
+
+    ends, starts = offsets(True), offsets(False)
     committed = _committed(admin, group, tps, timeout_s)
     # from the committed offset, or the first retained one (retention may have passed both)
     begin = {k: max(committed.get(k, -1), starts.get(k, 0)) for k in ends}
@@ -152,6 +171,25 @@ def queue_lag(
             ql.priorities.append(row)
         out.append(ql)
     return out
+
+
+def _retriable(exc: BaseException) -> bool:
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    # the admin client does not mark these retriable, but they pass as leaders settle
+    return isinstance(error, KafkaError) and (bool(error.retriable()) or error.code() in _SETTLING)
+
+
+_SETTLING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+    }
+)
 
 
 def _offsets(

@@ -154,7 +154,7 @@ async def lag(
         return queue_lag(common, res.admin, topics, name, queues=only)
 
     try:
-        queues = await asyncio.wait_for(asyncio.to_thread(measure), 15.0)
+        queues = await asyncio.wait_for(asyncio.to_thread(measure), 20.0)
     except (TimeoutError, KafkaException) as exc:
         raise Unavailable(f"Kafka did not answer: {exc}"[:300]) from None
     if queue is not None and not queues:

@@ -143,7 +143,10 @@ def with_test_allowances(settings: WorkerSettings) -> WorkerSettings:
         settings = replace(settings, egress=EgressPolicy(loopback=True))
     if not settings.python_modules:
         settings = replace(settings, python_modules=("tests",))
-    return settings
+    # a test's topics are new and its requests are often written before its worker has its
+    # partitions: read them from the beginning (the production default, the end, is tested
+    # by tests/e2e/test_queue_pools.py)
+    return replace(settings, new_group_start="beginning")
 
 
 async def _build(settings: WorkerSettings, registry: TaskRegistry | None) -> Worker:
