@@ -41,8 +41,10 @@ CREATE INDEX rate_buckets_full_at ON rate_buckets (full_at);
 -- Every key of the batch is locked first (transaction advisory locks, in one global order:
 -- two batches cannot deadlock), so two workers never both see the same free slot; each
 -- statement after the locks sees what the previous holders committed (READ COMMITTED takes
--- a snapshot per statement). Bucket times use clock_timestamp() after the lock, so a key's
--- refills never go back in time.
+-- a snapshot per statement). A key's live leases and its bucket are read once per batch
+-- (the first execution of the key) and counted in the function from there on, the buckets
+-- written back once at the end: a batch holds many executions of few keys. Bucket times use
+-- clock_timestamp() after the locks, so a key's refills never go back in time.
 CREATE FUNCTION duetime_claim_limited(
     p_owner text, p_ttl_s double precision,
     p_ids uuid[], p_attempts int[], p_jobs text[], p_runs text[],
@@ -53,9 +55,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
     i int;
     lock_key bigint;
-    live int;
+    cpos int;
+    rpos int;
+    -- per key, what this batch has seen: read once, then counted here (a batch holds many
+    -- executions of few keys); the buckets are written back once at the end
+    c_keys text[] := '{}';
+    c_live int[] := '{}';
+    r_keys text[] := '{}';
+    r_tokens double precision[] := '{}';
+    r_rates double precision[] := '{}';
+    r_bursts int[] := '{}';
+    r_at timestamptz;
     avail double precision;
-    at timestamptz;
 BEGIN
     FOR lock_key IN
         SELECT DISTINCT h FROM (
@@ -66,6 +77,7 @@ BEGIN
     LOOP
         PERFORM pg_advisory_xact_lock(lock_key);
     END LOOP;
+    r_at := clock_timestamp();  -- after the locks: a key's refills never go back in time
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
         CONTINUE WHEN EXISTS (
             SELECT 1 FROM leases AS l
@@ -73,14 +85,22 @@ BEGIN
               AND NOT (l.attempt < p_attempts[i]
                        OR (l.attempt = p_attempts[i] AND l.state = 'held'
                            AND l.expires_at < now())));
+        cpos := NULL;
+        rpos := NULL;
         IF p_ckeys[i] IS NOT NULL THEN
-            UPDATE leases AS l
-            SET fencing_token = nextval('lease_fencing_tokens'), concurrency_key = NULL,
-                updated_at = now()
-            WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held' AND l.expires_at < now();
-            SELECT count(*) INTO live FROM leases AS l
-            WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held';
-            IF live >= p_climits[i] THEN
+            cpos := array_position(c_keys, p_ckeys[i]);
+            IF cpos IS NULL THEN
+                UPDATE leases AS l
+                SET fencing_token = nextval('lease_fencing_tokens'), concurrency_key = NULL,
+                    updated_at = now()
+                WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held'
+                  AND l.expires_at < now();
+                c_keys := c_keys || p_ckeys[i];
+                c_live := c_live || (SELECT count(*)::int FROM leases AS l
+                                     WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held');
+                cpos := array_length(c_keys, 1);
+            END IF;
+            IF c_live[cpos] >= p_climits[i] THEN
                 execution_id := p_ids[i]::text; token := NULL; cancelled := false;
                 waiting := 'concurrency'; retry_in_s := NULL;
                 RETURN NEXT;
@@ -88,24 +108,25 @@ BEGIN
             END IF;
         END IF;
         IF p_rkeys[i] IS NOT NULL THEN
-            at := clock_timestamp();
-            SELECT least(p_bursts[i]::double precision,
-                         b.tokens + greatest(0, extract(epoch FROM at - b.refilled_at))
-                                    * p_rates[i])
-            INTO avail FROM rate_buckets AS b WHERE b.key = p_rkeys[i];
-            avail := coalesce(avail, p_bursts[i]::double precision);  -- no bucket: a full one
-            IF avail < 1 THEN
+            rpos := array_position(r_keys, p_rkeys[i]);
+            IF rpos IS NULL THEN
+                SELECT least(p_bursts[i]::double precision,
+                             b.tokens + greatest(0, extract(epoch FROM r_at - b.refilled_at))
+                                        * p_rates[i])
+                INTO avail FROM rate_buckets AS b WHERE b.key = p_rkeys[i];
+                r_keys := r_keys || p_rkeys[i];
+                -- no bucket: a full one
+                r_tokens := r_tokens || coalesce(avail, p_bursts[i]::double precision);
+                r_rates := r_rates || p_rates[i];
+                r_bursts := r_bursts || p_bursts[i];
+                rpos := array_length(r_keys, 1);
+            END IF;
+            IF r_tokens[rpos] < 1 THEN
                 execution_id := p_ids[i]::text; token := NULL; cancelled := false;
-                waiting := 'rate'; retry_in_s := (1 - avail) / p_rates[i];
+                waiting := 'rate'; retry_in_s := (1 - r_tokens[rpos]) / p_rates[i];
                 RETURN NEXT;
                 CONTINUE;
             END IF;
-            INSERT INTO rate_buckets AS b (key, tokens, refilled_at, full_at)
-            VALUES (p_rkeys[i], avail - 1, at,
-                    at + make_interval(secs => (p_bursts[i] - (avail - 1)) / p_rates[i]))
-            ON CONFLICT (key) DO UPDATE
-            SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
-                full_at = excluded.full_at;
         END IF;
         INSERT INTO leases AS l
             (execution_id, attempt, owner, fencing_token, expires_at, state, claimed_at,
@@ -124,8 +145,22 @@ BEGIN
            OR (l.attempt = excluded.attempt AND l.state = 'held' AND l.expires_at < now())
         RETURNING l.fencing_token, l.cancel_requested_at IS NOT NULL INTO token, cancelled;
         CONTINUE WHEN NOT FOUND;  -- taken meanwhile: the caller inspects the row
+        IF cpos IS NOT NULL THEN
+            c_live[cpos] := c_live[cpos] + 1;
+        END IF;
+        IF rpos IS NOT NULL THEN
+            r_tokens[rpos] := r_tokens[rpos] - 1;  -- spent only on a claim made
+        END IF;
         execution_id := p_ids[i]::text; waiting := NULL; retry_in_s := NULL;
         RETURN NEXT;
+    END LOOP;
+    FOR rpos IN 1 .. coalesce(array_length(r_keys, 1), 0) LOOP
+        INSERT INTO rate_buckets AS b (key, tokens, refilled_at, full_at)
+        VALUES (r_keys[rpos], r_tokens[rpos], r_at,
+                r_at + make_interval(secs => (r_bursts[rpos] - r_tokens[rpos]) / r_rates[rpos]))
+        ON CONFLICT (key) DO UPDATE
+        SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+            full_at = excluded.full_at;
     END LOOP;
 END;
 $$;

@@ -58,7 +58,8 @@ def create_jobs(
                     "payload": {"k": k, "sleep_s": SLEEP_S, "i": i},
                     "concurrency": {"key": "key-{payload.k}", "limit": limit_of(k)},
                 },
-                start + timedelta(seconds=spread_s * i / n),
+                # whole milliseconds: the checker matches occurrences by their ms
+                start + timedelta(milliseconds=int(spread_s * 1000 * i / n)),
                 f"key-{k}",
             )
         )
@@ -116,7 +117,7 @@ def test_limits_hold_through_a_worker_sigkill(new_scenario: Callable[..., Scenar
     workers = [scenario.start_role("worker", f"worker-{i + 1}", **WORKER_ENV) for i in range(3)]
     scenario.schedulers_own_all(1)
     scenario.workers_assigned()
-    start = datetime.now(UTC) + timedelta(seconds=3)
+    start = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
     keys = create_jobs(scenario, n, rated_each, start, sized["spread_s"])
     started_s = start.timestamp()
 
