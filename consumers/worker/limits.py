@@ -24,6 +24,7 @@ there, so beyond the buffer the worker stops fetching rather than hold more.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import math
@@ -46,6 +47,8 @@ FALLBACK_S = 1.0
 """A key whose waiter was let go tries the next after this long even if the first never
 answers (it was dropped by a rebalance), so a key never stays blocked with waiters."""
 _RANK = {p: i for i, p in enumerate(PRIORITY_ORDER)}
+_parsed = functools.lru_cache(maxsize=1024)(parse_template)
+"""Templates parsed once: a job's requests all carry the same (requests hold strings)."""
 
 
 def check_limits(request: ExecutionRequest) -> None:
@@ -86,7 +89,7 @@ def resolve(request: ExecutionRequest) -> Limits | None:
 
 def _resolved(name: str, template: str, payload: object) -> str:
     try:
-        return resolve_key(parse_template(template), payload)
+        return resolve_key(_parsed(template), payload)
     except ValueError as exc:
         raise type(exc)(f"{name} {exc}") from None
 
