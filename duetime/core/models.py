@@ -67,6 +67,7 @@ class Trigger(StrEnum):
     REPLAY = "replay"
     RELEASE = "release"
     MISFIRE = "misfire"
+    BACKFILL = "backfill"
 
 
 class ControlKind(StrEnum):
@@ -79,6 +80,7 @@ class ControlKind(StrEnum):
     REPLAY = "replay"
     DAG_RUN_START = "dag_run_start"
     DAG_RUN_END = "dag_run_end"
+    BACKFILL = "backfill"
 
 
 class ResultStatus(StrEnum):
@@ -98,6 +100,10 @@ class ErrorReason(StrEnum):
     """No result came for the attempt through the scheduler's bounded rescues (issue 14)."""
     EXPIRED = "expired"
     """The attempt could not start within the job's ``start_within_s``: not run (issue 14)."""
+    NON_RETRYABLE = "non_retryable"
+    """The job's retry policy names this failure's HTTP status or exception type (issue 18)."""
+    SNOOZED = "snoozed"
+    """The task asked to run again later without using an attempt: RetryLater(snooze=True)."""
 
 
 class DagRunEventKind(StrEnum):

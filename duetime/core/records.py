@@ -51,6 +51,8 @@ from .models import (
 __all__ = [
     "AttemptError",
     "AvroRecord",
+    "Backfill",
+    "CalendarSpec",
     "ConcurrencyLimit",
     "ControlCommand",
     "CronSchedule",
@@ -127,12 +129,25 @@ class OneTimeSchedule(AvroRecord):
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
+class CalendarSpec(AvroRecord):
+    """A calendar's rules as a job carries them (``duetime.core.calendars`` computes)."""
+
+    AVRO_NAME: ClassVar[str] = "duetime.Calendar"
+    name: str
+    timezone: str
+    exclude: list[str] = field(default_factory=list)
+    exclude_weekdays: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
 class CronSchedule(AvroRecord):
     AVRO_NAME: ClassVar[str] = "duetime.CronSchedule"
     cron: str
     timezone: str
     start_at_ms: int | None = None
     end_at_ms: int | None = None
+    jitter_s: float | None = None
+    calendar: CalendarSpec | None = None
 
 
 Schedule: TypeAlias = OneTimeSchedule | CronSchedule
@@ -147,6 +162,9 @@ class RetrySpec(AvroRecord):
     base_delay_s: float = 10.0
     max_delay_s: float = 3600.0
     jitter: bool = True
+    non_retryable_http_statuses: list[int] = field(default_factory=list)
+    non_retryable_errors: list[str] = field(default_factory=list)
+    respect_retry_after: bool = True
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -177,6 +195,7 @@ class ErrorInfo(AvroRecord):
     reason: ErrorReason
     http_status: int | None = None
     traceback: str | None = None
+    exception_types: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -224,6 +243,7 @@ class JobDefinition(AvroRecord):
     queue: str = "default"
     concurrency: ConcurrencyLimit | None = None
     rate_limit: RateLimit | None = None
+    traceparent: str | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -299,6 +319,8 @@ class ControlCommand(AvroRecord):
     execution_id: str | None = None
     reason: str | None = None
     requested_by: str | None = None
+    backfill_from_ms: int | None = None
+    backfill_to_ms: int | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -354,6 +376,19 @@ class InflightExecution(AvroRecord):
     rescues: int = 0
     deadline_ms: int | None = None
     queue: str = "default"
+    snoozes: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class Backfill(AvroRecord):
+    """A backfill in progress, in its job's scheduler state (edited in place)."""
+
+    AVRO_NAME: ClassVar[str] = "duetime.Backfill"
+    backfill_id: str
+    after_ms: int
+    to_ms: int
+    emitted: int = 0
+    skipped: int = 0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -373,6 +408,7 @@ class SchedulerState(AvroRecord):
     fired_count: int = 0
     updated_at_ms: int
     dag_runs: dict[str, Status] = field(default_factory=dict)
+    backfills: list[Backfill] = field(default_factory=list)
 
 
 RECORDS: tuple[type[AvroRecord], ...] = (
@@ -380,6 +416,7 @@ RECORDS: tuple[type[AvroRecord], ...] = (
     PythonTarget,
     KafkaTarget,
     OneTimeSchedule,
+    CalendarSpec,
     CronSchedule,
     RetrySpec,
     ConcurrencyLimit,
@@ -395,6 +432,7 @@ RECORDS: tuple[type[AvroRecord], ...] = (
     DagRunEvent,
     DeadLetter,
     InflightExecution,
+    Backfill,
     SchedulerState,
 )
 """Every record class (the schema check in the tests walks this)."""

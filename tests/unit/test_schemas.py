@@ -169,6 +169,9 @@ def test_defaults_fill_omitted_fields(codec: Codec) -> None:
         "base_delay_s": 10.0,
         "max_delay_s": 3600.0,
         "jitter": True,
+        "non_retryable_http_statuses": [],
+        "non_retryable_errors": [],
+        "respect_retry_after": True,
     }
     assert decoded["timeout_s"] == 300.0
     assert (decoded["misfire"], decoded["overlap"]) == ("run_once", "skip")
@@ -182,6 +185,8 @@ def test_defaults_fill_omitted_fields(codec: Codec) -> None:
         "timezone": "Europe/Berlin",
         "start_at_ms": None,
         "end_at_ms": None,
+        "jitter_s": None,
+        "calendar": None,
     }
     assert (decoded["depends_on"], decoded["labels"], decoded["dag_id"]) == ([], {}, None)
 
