@@ -30,6 +30,7 @@ from .errors import UnknownTimezone, ValidationError
 __all__ = [
     "CALENDAR_NAME_PATTERN",
     "Calendar",
+    "UnknownCalendar",
     "calendar_to_dict",
     "check_calendar_name",
     "parse_calendar",
@@ -46,6 +47,12 @@ MIN_YEAR, MAX_YEAR = 1970, 8999
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 """Weekday names, Monday first (``date.weekday()`` order)."""
 _KEYS = frozenset({"name", "timezone", "exclude", "exclude_weekdays"})
+
+
+class UnknownCalendar(ValidationError):
+    """A job names a calendar that does not exist (REST 422)."""
+
+    code = "unknown_calendar"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import keys
+from .calendars import calendar_to_dict, parse_calendar
 from .errors import PayloadTooLarge, ValidationError
 from .inputs import (
     RESERVED_PREFIX,
@@ -257,6 +258,8 @@ def schedule_to_avro(schedule: Schedule | None) -> dict[str, Any] | None:
         "timezone": schedule.timezone,
         "start_at_ms": None if schedule.start_at is None else _ms(schedule.start_at),
         "end_at_ms": None if schedule.end_at is None else _ms(schedule.end_at),
+        "jitter_s": schedule.jitter_s or None,
+        "calendar": None if schedule.calendar is None else calendar_to_dict(schedule.calendar),
     }
 
 
@@ -271,6 +274,8 @@ def schedule_of(raw: ScheduleRecord | None) -> Schedule | None:
         raw.timezone or "UTC",
         None if raw.start_at_ms is None else _dt(raw.start_at_ms),
         None if raw.end_at_ms is None else _dt(raw.end_at_ms),
+        raw.jitter_s or 0.0,
+        None if raw.calendar is None else parse_calendar(raw.calendar.to_avro()),
     )
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "overlap_decision",
     "parse_cron",
     "parse_schedule",
+    "parse_timestamp",
     "schedule_to_dict",
     "upcoming",
 ]
@@ -410,6 +411,12 @@ class Cron:
 Schedule = OneTime | Cron
 
 
+def parse_timestamp(value: Any, field_name: str) -> datetime:
+    """An RFC 3339 string (with its offset) or an aware datetime → UTC; InvalidSchedule naming
+    ``field_name`` otherwise, or outside the years a schedule may name."""
+    return _parse_timestamp(value, field_name)
+
+
 def _parse_timestamp(value: Any, field_name: str) -> datetime:
     if isinstance(value, datetime):
         return _aware_utc(value, field_name)
@@ -457,8 +464,8 @@ def parse_schedule(obj: Mapping[str, Any]) -> Schedule:
                 field=f"schedule.{key}",
             )
     if has_at:
-        return OneTime(_parse_timestamp(obj["at"], "schedule.at"))
-    expr = obj["cron"]
+        return OneTime(_parse_timestamp(obj.get("at"), "schedule.at"))
+    expr = obj.get("cron")
     if not isinstance(expr, str):
         raise InvalidSchedule("schedule.cron must be a string", field="schedule.cron")
     timezone = obj.get("timezone")
@@ -486,8 +493,8 @@ def _calendar(raw: Any) -> Calendar | None:
         return None
     if isinstance(raw, str):
         raise InvalidSchedule(
-            f"schedule.calendar {raw[:100]!r} is a calendar name: only the REST API resolves "
-            "names (POST /v1/calendars); elsewhere give the calendar's rules as an object",
+            f"schedule.calendar {raw[:100]!r} is a calendar name: the REST API and the SDK "
+            "resolve names (from POST /v1/calendars); here give the calendar's rules",
             field="schedule.calendar",
         )
     return parse_calendar(raw, "schedule.calendar")
@@ -503,13 +510,13 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
         return {"at": _rfc3339(schedule.at)}
     out: dict[str, Any] = {"cron": schedule.expr, "timezone": schedule.timezone}
     if schedule.start_at is not None:
-        out["start_at"] = _rfc3339(schedule.start_at)
+        out.update(start_at=_rfc3339(schedule.start_at))
     if schedule.end_at is not None:
-        out["end_at"] = _rfc3339(schedule.end_at)
+        out.update(end_at=_rfc3339(schedule.end_at))
     if schedule.jitter_s:
-        out["jitter_s"] = schedule.jitter_s
+        out.update(jitter_s=schedule.jitter_s)
     if schedule.calendar is not None:
-        out["calendar"] = calendar_to_dict(schedule.calendar)
+        out.update(calendar=calendar_to_dict(schedule.calendar))
     return out
 
 

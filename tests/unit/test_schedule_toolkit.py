@@ -150,7 +150,7 @@ def test_a_bad_calendar_is_refused_naming_the_field(change: dict[str, Any], fiel
 
 
 def test_a_calendar_name_reaches_only_the_rest_api() -> None:
-    with pytest.raises(InvalidSchedule, match="only the REST API resolves"):
+    with pytest.raises(InvalidSchedule, match="the REST API and the SDK resolve names"):
         parse_schedule({"cron": "0 9 * * *", "calendar": "holidays"})
 
 
