@@ -131,6 +131,8 @@ def _environment(docs: list[Manifest], container: Manifest) -> dict[str, str]:
 
 
 def _variable_problem(name: str) -> str | None:
+    if name.startswith("OTEL_"):
+        return None  # OpenTelemetry's standard variables: its SDK reads them (core/tracing.py)
     known = registry()
     if not known.knows(name):
         return f"{name} is read nowhere in duetime"
