@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from duetime.core.backfill import MAX_OCCURRENCES, backfill_execution_id
+from duetime.core.calendars import parse_calendar
 from duetime.core.dag import REPAIR_REASON
 from duetime.core.errors import IllegalTransition
 from duetime.core.inputs import MAX_TIME_MS, check_number
@@ -42,12 +44,14 @@ from duetime.core.models import (
     DagRunEventKind,
     DagRunStatus,
     ErrorReason,
+    Overlap,
     ResultStatus,
     Status,
     Trigger,
 )
 from duetime.core.records import (
     AttemptError,
+    Backfill,
     ControlCommand,
     CronSchedule,
     DagNode,
@@ -61,7 +65,15 @@ from duetime.core.records import (
     SchedulerState,
 )
 from duetime.core.retry import MAX_DELAY_LIMIT_S, RetryPolicy, retry_delay_s, should_retry
-from duetime.core.schedule import OneTime, first_fire, misfire_fires, next_fire, overlap_decision
+from duetime.core.schedule import (
+    MAX_JITTER_S,
+    OneTime,
+    first_fire,
+    jitter_ms,
+    misfire_fires,
+    next_fire,
+    overlap_decision,
+)
 from duetime.core.states import TERMINAL, Event, transition
 from duetime.core.topics import check_queue
 
@@ -120,6 +132,18 @@ class Rescue:
     lost: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """One occurrence that was not run, for the partition's metric once committed
+    (``duetime_scheduler_occurrences_skipped_total{reason}``)."""
+
+    job_id: str
+    scheduled_at_ms: int
+    reason: str
+    """``calendar`` (the job's calendar excludes its date) or ``overlap`` (overlap=skip, or
+    queue_one with one held already, while an earlier execution is live)."""
+
+
 @dataclass(slots=True)
 class Outputs:
     """What one transform step asks the partition owner to write."""
@@ -133,6 +157,8 @@ class Outputs:
     rescues: list[Rescue] = field(default_factory=list)
     """Executions re-emitted or failed ``lost`` by the rescuer (their requests, if any, are in
     ``executions`` too)."""
+    skips: list[Skip] = field(default_factory=list)
+    """Occurrences not run: excluded by the job's calendar, or by its overlap policy."""
     state_changed: bool = False
 
     def extend(self, other: Outputs) -> None:
@@ -142,6 +168,7 @@ class Outputs:
         self.controls += other.controls
         self.dag_run_events += other.dag_run_events
         self.rescues += other.rescues
+        self.skips += other.skips
         self.state_changed |= other.state_changed
 
     def records(self) -> bool:
@@ -171,8 +198,27 @@ def wake_at_ms(state: SchedulerState) -> int | None:
         for e in state.inflight
     ]
     if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
-        candidates.append(state.next_run_at_ms)
+        candidates.append(fire_ms(state, state.next_run_at_ms))
     return min(candidates) if candidates else None
+
+
+def fire_ms(state: SchedulerState, nominal_ms: int) -> int:
+    """When the scheduled occurrence ``nominal_ms`` fires: plus its jitter (cron only). The
+    state keeps the NOMINAL occurrence (``next_run_at_ms``): the cron sequence, misfire,
+    overlap and the execution id all stay those of the nominal time, and the jitter is derived
+    again from it on any scheduler, so a failover neither moves nor repeats a run."""
+    schedule = state.definition.schedule
+    if not isinstance(schedule, CronSchedule) or not schedule.jitter_s:
+        return nominal_ms
+    return nominal_ms + jitter_ms(state.job_id, nominal_ms, schedule.jitter_s)
+
+
+def calendar_excludes(state: SchedulerState, nominal_ms: int) -> bool:
+    """Does the job's calendar (the copy in its definition) exclude this occurrence?"""
+    schedule = state.definition.schedule
+    if not isinstance(schedule, CronSchedule) or schedule.calendar is None:
+        return False
+    return parse_calendar(schedule.calendar.to_avro()).excludes(_dt(nominal_ms))
 
 
 def _move(state: SchedulerState, event: Event) -> None:
@@ -195,6 +241,8 @@ def check_input(record: Input) -> None:
     _check_uuid(record.job_id, "job_id")
     if isinstance(record, JobDefinition):
         _check_definition(record)
+    if isinstance(record, ControlCommand):
+        _check_backfill(record)
     if isinstance(record, ExecutionResult):
         _check_uuid(record.execution_id, "execution_id")
         if record.attempt < 1:
@@ -204,6 +252,16 @@ def check_input(record: Input) -> None:
         _check_time(record.scheduled_at_ms, "scheduled_at_ms")
         if record.retry_after_s is not None:
             check_number(record.retry_after_s, "retry_after_s", lo=0, hi=MAX_DELAY_LIMIT_S)
+
+
+def _check_backfill(command: ControlCommand) -> None:
+    _check_time(command.backfill_from_ms, "backfill_from_ms")
+    _check_time(command.backfill_to_ms, "backfill_to_ms")
+    if command.kind is not ControlKind.BACKFILL:
+        return
+    first, last = command.backfill_from_ms, command.backfill_to_ms
+    if first is None or last is None or last < first:
+        raise ValueError(f"backfill {command.command_id}: [{first}, {last}] is not a range")
 
 
 def _check_time(at_ms: int | None, name: str) -> None:
@@ -224,6 +282,10 @@ def _check_definition(definition: JobDefinition) -> None:
     if isinstance(schedule, CronSchedule):
         _check_time(schedule.start_at_ms, "schedule.start_at_ms")
         _check_time(schedule.end_at_ms, "schedule.end_at_ms")
+        if schedule.jitter_s is not None:
+            check_number(schedule.jitter_s, "schedule.jitter_s", lo=0, hi=MAX_JITTER_S)
+        if schedule.calendar is not None:  # refused here, not on every occurrence it would fire
+            parse_calendar(schedule.calendar.to_avro(), "schedule.calendar")
     elif schedule is not None:
         _check_time(schedule.at_ms, "schedule.at_ms")
     retry_policy_of(definition)  # RetryPolicy validates its numbers when built
@@ -341,6 +403,7 @@ def _resume(
     _move(state, Event.RESUME)
     _catch_up(state, now_ms, policy, out)
     state.paused_at_ms = None
+    _advance_backfills(state, now_ms, out)
     return True
 
 
@@ -354,6 +417,8 @@ def _cancel(
     state.queued_occurrence_ms = None
     # retries waiting for their backoff will not run: no further runs
     state.inflight = [e for e in state.inflight if e.status is not Status.FAILED]
+    for backfill in state.backfills:  # no further runs: what is left of a backfill is dropped
+        backfill.after_ms = backfill.to_ms
     if not is_dag_trigger(state):
         # a DAG member: every run it has not ended in would otherwise wait for it forever
         for run_id, status in list(state.dag_runs.items()):
@@ -461,6 +526,83 @@ def _dag_run_end(
     return True
 
 
+# --- backfill ----------------------------------------------------------------------------
+#
+# POST /v1/jobs/{id}/backfill publishes a ``backfill`` command (its command_id is the backfill
+# id, derived from the job and the range). The scheduler keeps a cursor per backfill in the
+# job's state and emits the range's occurrences in order as the job has room: overlap=allow
+# runs up to BACKFILL_PARALLEL of them at once; skip and queue_one run one at a time, each
+# once nothing of the job is live (a backfill occurrence waits: overlap never drops it). The
+# job's calendar applies; jitter does not (a backfill runs now). Each occurrence's execution
+# id derives from the backfill id and the occurrence (duetime.core.backfill), so a failover or
+# a repeated command never emits one twice (and the workers' fenced leases never run one twice).
+
+BACKFILL_PARALLEL = 10
+"""Backfill occurrences in flight at once for an overlap=allow job."""
+MAX_BACKFILLS_KEPT = 10
+"""Finished backfills remembered per job (a repeated command for one of them does nothing)."""
+
+
+def _backfill(
+    state: SchedulerState, command: ControlCommand, now_ms: int, _p: Policy, out: Outputs
+) -> bool:
+    first, last = command.backfill_from_ms, command.backfill_to_ms
+    if state.status is Status.CANCELLED or is_dag_trigger(state):
+        return False
+    if first is None or last is None or last < first:
+        return False  # check_input refuses it before it comes here (poison topic)
+    if any(b.backfill_id == command.command_id for b in state.backfills):
+        return False  # a repeated command: this backfill runs (or ran) already
+    state.backfills.append(Backfill(backfill_id=command.command_id, after_ms=first - 1, to_ms=last))
+    _advance_backfills(state, now_ms, out)
+    _prune_backfills(state)
+    return True
+
+
+def _room(state: SchedulerState) -> int:
+    """How many backfill occurrences may start now, by the job's overlap policy."""
+    if state.definition.overlap is Overlap.ALLOW:
+        running = sum(1 for e in state.inflight if e.trigger is Trigger.BACKFILL)
+        return max(0, BACKFILL_PARALLEL - running)
+    return 0 if state.inflight or state.queued_occurrence_ms is not None else 1
+
+
+def _advance_backfills(state: SchedulerState, now_ms: int, out: Outputs) -> None:
+    """Emit the next occurrences of the oldest unfinished backfill, as far as there is room."""
+    if state.status in _NOT_FIRING or not state.backfills:
+        return
+    backfill = next((b for b in state.backfills if b.after_ms < b.to_ms), None)
+    schedule = schedule_of(state.definition.schedule)
+    if backfill is None or schedule is None:
+        return
+    room = _room(state)
+    steps = 0  # bounded work per input: a calendar may exclude long stretches of the range
+    while room > 0 and backfill.after_ms < backfill.to_ms and steps < MAX_OCCURRENCES:
+        steps += 1
+        nominal = next_fire(schedule, _dt(backfill.after_ms))
+        nominal_ms = None if nominal is None else _ms(nominal)
+        if nominal_ms is None or nominal_ms > backfill.to_ms:
+            backfill.after_ms = backfill.to_ms
+            break
+        backfill.after_ms = nominal_ms
+        if calendar_excludes(state, nominal_ms):
+            backfill.skipped += 1
+            out.skips.append(Skip(state.job_id, nominal_ms, "calendar"))
+            continue
+        execution_id = backfill_execution_id(backfill.backfill_id, nominal_ms)
+        _emit(state, nominal_ms, Trigger.BACKFILL, now_ms, out, execution_id=execution_id)
+        backfill.emitted += 1
+        room -= 1
+    out.state_changed = True
+
+
+def _prune_backfills(state: SchedulerState, keep: int = MAX_BACKFILLS_KEPT) -> None:
+    """Forget the oldest finished backfills beyond ``keep``."""
+    finished = [b for b in state.backfills if b.after_ms >= b.to_ms]
+    for backfill in finished[: max(0, len(finished) - keep)]:
+        state.backfills.remove(backfill)
+
+
 _ON_CONTROL: dict[ControlKind, _OnControl] = {
     ControlKind.PAUSE: _pause,
     ControlKind.RESUME: _resume,
@@ -471,6 +613,7 @@ _ON_CONTROL: dict[ControlKind, _OnControl] = {
     ControlKind.SKIP: _skip,
     ControlKind.DAG_RUN_START: _dag_run_start,
     ControlKind.DAG_RUN_END: _dag_run_end,
+    ControlKind.BACKFILL: _backfill,
 }
 
 
@@ -671,6 +814,7 @@ def _after_occurrence(
         state.dag_runs[run_id] = state.status
         _prune_dag_runs(state)
     _fire_held(state, now_ms, out)
+    _advance_backfills(state, now_ms, out)
 
 
 def _fire_held(state: SchedulerState, now_ms: int, out: Outputs) -> None:
@@ -723,7 +867,11 @@ def fire_due(
             _move(state, Event.RETRY_DUE)
             out.state_changed = True
     next_ms = state.next_run_at_ms
-    if next_ms is not None and next_ms <= now_ms and state.status not in _NOT_FIRING:
+    if (
+        next_ms is not None
+        and fire_ms(state, next_ms) <= now_ms
+        and state.status not in _NOT_FIRING
+    ):
         _fire_schedule(state, next_ms, now_ms, policy, out, owned_since_ms)
         out.state_changed = True
     if out.state_changed:
@@ -802,7 +950,7 @@ def _fire_schedule(
     # Missed = fell due while no scheduler owned the partition (``owned_since_ms``: when this
     # owner took it). An occurrence that is late because this owner is busy (a burst) is not
     # a misfire: it fires, late, whatever the job's misfire policy says.
-    missed = now_ms - due_ms > policy.misfire_threshold_ms and (
+    missed = now_ms - fire_ms(state, due_ms) > policy.misfire_threshold_ms and (
         owned_since_ms is None or due_ms < owned_since_ms
     )
     if missed:
@@ -845,11 +993,15 @@ def _fire_occurrence(
     trigger: Trigger,
     held: bool = False,
 ) -> None:
-    """Fire one occurrence of the schedule, subject to the job's overlap policy."""
+    """Fire one occurrence of the schedule, subject to the job's calendar and overlap policy."""
+    state.last_scheduled_at_ms = max(state.last_scheduled_at_ms or 0, scheduled_ms)
+    if not held and calendar_excludes(state, scheduled_ms):
+        out.skips.append(Skip(state.job_id, scheduled_ms, "calendar"))
+        return
     queued = 0 if held else (1 if state.queued_occurrence_ms is not None else 0)
     decision = overlap_decision(state.definition.overlap, _live(state), queued)
-    state.last_scheduled_at_ms = max(state.last_scheduled_at_ms or 0, scheduled_ms)
     if decision == "skip":
+        out.skips.append(Skip(state.job_id, scheduled_ms, "overlap"))
         return
     if decision == "queue":
         state.queued_occurrence_ms = scheduled_ms
@@ -873,15 +1025,21 @@ def _emit(
     *,
     salt: str = "",
     dag_run_id: str | None = None,
+    execution_id: str | None = None,
 ) -> None:
-    execution_id = execution_id_for(state.job_id, scheduled_ms, trigger, salt)
+    execution_id = execution_id or execution_id_for(state.job_id, scheduled_ms, trigger, salt)
     if any(e.execution_id == execution_id for e in state.inflight):
         return
     entry = InflightExecution(
         execution_id=execution_id,
         attempt=1,
         scheduled_at_ms=scheduled_ms,
-        due_at_ms=max(scheduled_ms, now_ms) if trigger is not Trigger.SCHEDULE else scheduled_ms,
+        # a scheduled run is due at its (jittered) fire time, however late it is handled
+        due_at_ms=(
+            fire_ms(state, scheduled_ms)
+            if trigger is Trigger.SCHEDULE
+            else max(scheduled_ms, now_ms)
+        ),
         status=Status.QUEUED,
         trigger=trigger,
         dag_run_id=dag_run_id,

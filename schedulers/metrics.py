@@ -50,6 +50,12 @@ RESCUES = Counter(
     "execution's status then (queued: never started; running: its result never came)",
     ["status"],
 )
+SKIPPED = Counter(
+    "duetime_scheduler_occurrences_skipped_total",
+    "Scheduled (or backfilled) occurrences not run, by reason: calendar (the job's calendar "
+    "excludes the date), overlap (overlap=skip or queue_one while an earlier run is live)",
+    ["reason"],
+)
 LOST = Counter(
     "duetime_scheduler_lost_attempts_total",
     "Attempts failed with reason lost: no result through every rescue (the retry policy applies)",

@@ -177,7 +177,14 @@ class _Mark:
 
 
 def _lists(out: logic.Outputs) -> tuple[list[Any], ...]:
-    return (out.executions, out.dead_letters, out.controls, out.dag_run_events, out.rescues)
+    return (
+        out.executions,
+        out.dead_letters,
+        out.controls,
+        out.dag_run_events,
+        out.rescues,
+        out.skips,
+    )
 
 
 def _lengths(out: logic.Outputs) -> tuple[int, ...]:
@@ -649,6 +656,8 @@ class PartitionOwner:
         metrics.DEAD_LETTERS.inc(len(p.out.dead_letters))
         for rescue in p.out.rescues:  # logged once committed: an aborted cycle rescued nothing
             self._report_rescue(rescue)
+        for skip in p.out.skips:
+            metrics.SKIPPED.labels(reason=skip.reason).inc()
 
     def _report_rescue(self, rescue: logic.Rescue) -> None:
         extra = {

@@ -118,6 +118,7 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
     _common(lst)
     lst.add_argument("--status")
     lst.add_argument("--priority")
+    lst.add_argument("--queue", help="jobs of this queue only")
     lst.add_argument("--name")
     lst.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     lst.add_argument("--all", action="store_true", help="every job (follows the pages)")
@@ -146,6 +147,9 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", help="http target method (default POST)")
     parser.add_argument("--payload", help="JSON payload, @file or -")
     parser.add_argument("--priority", choices=("critical", "high", "normal", "low"))
+    parser.add_argument(
+        "--queue", help="the queue whose workers run it (default: default; it must exist)"
+    )
     parser.add_argument("--max-retries", type=int)
     parser.add_argument("--base-delay-s", type=float)
     parser.add_argument("--timeout-s", type=float)
@@ -181,6 +185,7 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
         **{key: getattr(args, key) for key in ("priority", "timeout_s", "misfire", "overlap")},
         # getattr with a default: a caller's own namespace (tests, scripts) may predate it
         "start_within_s": getattr(args, "start_within_s", None),
+        "queue": getattr(args, "queue", None),
         **_limit_flags(args),
         "job_id": args.job_id,
     }
@@ -271,7 +276,12 @@ def run_jobs(args: argparse.Namespace) -> int:
                     print("\nlast execution:")
                     render.table([last], EXECUTION_COLUMNS)
         elif args.action == "list":
-            params = {"status": args.status, "priority": args.priority, "name": args.name}
+            params = {
+                "status": args.status,
+                "priority": args.priority,
+                "name": args.name,
+                "queue": getattr(args, "queue", None),
+            }
             jobs = api.pages("/v1/jobs", None if args.all else args.limit, **params)
             if args.json:
                 render.as_json(jobs)

@@ -28,6 +28,7 @@ from tests.helpers import TopicReader, wait_for
 from tests.integration import test_api
 from tests.integration.test_api import assert_error, job_body
 from tests.integration.test_api_support import RunningApi, running_stack, table_counts
+from tests.integration.test_cli import Cli
 
 api = test_api.api  # the REST tests' in-process API (its fixture, re-exported)
 
@@ -218,3 +219,18 @@ def test_executions_are_projected_with_their_queue_and_counted_per_queue(
         "default": 1,
         queue: 1,
     }
+
+
+def test_the_cli_creates_lists_and_moves_jobs_by_queue(
+    api: RunningApi, queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli = Cli(api, capsys)
+    target = ("--url-target", "http://127.0.0.1:9/x", "--at", FAR["at"])
+    made = cli.json("jobs", "create", "--name", "queued", *target, "--queue", queue)
+    assert made["job_id"]
+    listed = cli.json("jobs", "list", "--queue", queue)
+    assert [j["job_id"] for j in listed] == [made["job_id"]]
+    rc, _, err = cli("jobs", "create", "--name", "lost", *target, "--queue", "ghost")
+    assert rc != 0 and "queue" in err and "ghost" in err
+    moved = cli.json("jobs", "update", made["job_id"], "--queue", "default")
+    assert moved["queue"] == "default"
