@@ -180,7 +180,8 @@ def _number(raw: Any, name: str, lo: float, hi: float, *, integer: bool) -> floa
     return float(raw)
 
 
-def _fields(raw: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+def _fields(raw: Any, allowed: tuple[str, ...]) -> list[Any]:
+    """The values of exactly the fields ``allowed``, in that order."""
     if not isinstance(raw, Mapping):
         raise KeyTemplateError(f"must be an object with {', '.join(allowed)}")
     unknown = sorted(str(k) for k in raw if k not in allowed)
@@ -189,7 +190,7 @@ def _fields(raw: Any, allowed: tuple[str, ...]) -> Mapping[str, Any]:
     missing = [k for k in allowed if k not in raw]
     if missing:
         raise KeyTemplateError(f"misses {', '.join(missing)}")
-    return raw
+    return [raw.get(k) for k in allowed]
 
 
 def check_concurrency(raw: Any, payload: Any) -> tuple[str, int]:
@@ -197,19 +198,17 @@ def check_concurrency(raw: Any, payload: Any) -> tuple[str, int]:
 
     :class:`KeyTemplateError` messages start with the sub-field (``key ...``, ``limit ...``)
     or describe the object, so that the caller can prefix the field's name."""
-    body = _fields(raw, ("key", "limit"))
-    template = _checked_template(body["key"], payload)
-    limit = _number(body["limit"], "limit", 1, MAX_LIMIT, integer=True)
-    return template, int(limit)
+    key, limit = _fields(raw, ("key", "limit"))
+    template = _checked_template(key, payload)
+    return template, int(_number(limit, "limit", 1, MAX_LIMIT, integer=True))
 
 
 def check_rate_limit(raw: Any, payload: Any) -> tuple[str, float, int]:
     """``{"key": template, "per_s": R, "burst": B}`` → (template, R, B), checked."""
-    body = _fields(raw, ("key", "per_s", "burst"))
-    template = _checked_template(body["key"], payload)
-    per_s = _number(body["per_s"], "per_s", 0, MAX_PER_S, integer=False)
-    burst = _number(body["burst"], "burst", 1, MAX_BURST, integer=True)
-    return template, per_s, int(burst)
+    key, per_s, burst = _fields(raw, ("key", "per_s", "burst"))
+    template = _checked_template(key, payload)
+    rate = _number(per_s, "per_s", 0, MAX_PER_S, integer=False)
+    return template, rate, int(_number(burst, "burst", 1, MAX_BURST, integer=True))
 
 
 def _checked_template(raw: Any, payload: Any) -> str:
