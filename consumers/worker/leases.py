@@ -443,82 +443,75 @@ class LeaseStore:
 
     async def _claim_batch(self, items: list[_ClaimItem]) -> list[Claim]:
         # one statement cannot touch a row twice: a duplicate waits for the next batch
-        firsts: dict[str, _ClaimItem] = {}
-        for item in items:
-            firsts.setdefault(item[0], item)
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                _CLAIM,
-                {
-                    "owner": self.owner,
-                    "ttl_s": self.ttl_s,
-                    "ids": list(firsts),
-                    "attempts": [item[1] for item in firsts.values()],
-                    "jobs": [item[2] for item in firsts.values()],
-                    "runs": [item[3] for item in firsts.values()],
-                },
-            )
-            claimed = {row[0]: (row[1], bool(row[2])) for row in await cur.fetchall()}
-            missing = [e for e in firsts if e not in claimed]
-            held: dict[str, tuple[Any, ...]] = {}
-            if missing:
-                cur = await conn.execute(_INSPECT, {"ids": missing})
-                held = {row[0]: row for row in await cur.fetchall()}
-        answers: list[Claim] = []
-        used: set[str] = set()
-        for execution_id, attempt, _, _ in items:
-            got = claimed.get(execution_id)
-            if got is not None and execution_id not in used:
-                used.add(execution_id)
-                answers.append(Claim(token=got[0], cancelled=got[1]))
-                continue
-            answers.append(_conflict(held.get(execution_id), attempt, self.ttl_s))
-        return answers
+        firsts = _firsts(items)
+        params = {
+            "owner": self.owner,
+            "ttl_s": self.ttl_s,
+            "ids": list(firsts),
+            "attempts": [item[1] for item in firsts.values()],
+            "jobs": [item[2] for item in firsts.values()],
+            "runs": [item[3] for item in firsts.values()],
+        }
+        claimed, held = await self._claim_rows(_CLAIM, params, list(firsts))
+        return self._answers(
+            [(i[0], i[1]) for i in items],
+            claimed,
+            held,
+            lambda row: Claim(token=row[1], cancelled=bool(row[2])),
+        )
 
     async def _claim_limited_batch(self, items: list[_LimitedItem]) -> list[Claim]:
         # one execution once per transaction: a duplicate waits for the next batch
-        firsts: dict[str, _LimitedItem] = {}
-        for item in items:
-            firsts.setdefault(item[0], item)
-        chosen = list(firsts.values())
+        chosen = list(_firsts(items).values())
+        params = {
+            "owner": self.owner,
+            "ttl_s": self.ttl_s,
+            "ids": [i[0] for i in chosen],
+            "attempts": [i[1] for i in chosen],
+            "jobs": [i[2] for i in chosen],
+            "runs": [i[3] for i in chosen],
+            "ckeys": [i[4].concurrency_key for i in chosen],
+            "climits": [i[4].concurrency_limit for i in chosen],
+            "rkeys": [i[4].rate_key for i in chosen],
+            "rates": [i[4].per_s for i in chosen],
+            "bursts": [i[4].burst for i in chosen],
+        }
+        answered, held = await self._claim_rows(_CLAIM_LIMITED, params, [i[0] for i in chosen])
+        return self._answers([(i[0], i[1]) for i in items], answered, held, _limited_claim)
+
+    async def _claim_rows(
+        self, sql: str, params: dict[str, Any], ids: list[str]
+    ) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
+        """Run a claim statement; (its rows by execution_id, the inspected rows of the ids it
+        did not answer for), on one connection."""
         async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                _CLAIM_LIMITED,
-                {
-                    "owner": self.owner,
-                    "ttl_s": self.ttl_s,
-                    "ids": [i[0] for i in chosen],
-                    "attempts": [i[1] for i in chosen],
-                    "jobs": [i[2] for i in chosen],
-                    "runs": [i[3] for i in chosen],
-                    "ckeys": [i[4].concurrency_key for i in chosen],
-                    "climits": [i[4].concurrency_limit for i in chosen],
-                    "rkeys": [i[4].rate_key for i in chosen],
-                    "rates": [i[4].per_s for i in chosen],
-                    "bursts": [i[4].burst for i in chosen],
-                },
-            )
+            cur = await conn.execute(sql, params)
             answered = {row[0]: row for row in await cur.fetchall()}
-            missing = [e for e in firsts if e not in answered]
+            missing = [e for e in ids if e not in answered]
             held: dict[str, tuple[Any, ...]] = {}
             if missing:
                 cur = await conn.execute(_INSPECT, {"ids": missing})
                 held = {row[0]: row for row in await cur.fetchall()}
+        return answered, held
+
+    def _answers(
+        self,
+        asked: list[tuple[str, int]],
+        answered: dict[str, tuple[Any, ...]],
+        held: dict[str, tuple[Any, ...]],
+        claim_of: Callable[[tuple[Any, ...]], Claim],
+    ) -> list[Claim]:
+        """One answer per (execution_id, attempt) asked, in order: the statement's row for
+        the first of an execution, the inspected conflict for the rest."""
         answers: list[Claim] = []
         used: set[str] = set()
-        for execution_id, attempt, _, _, _ in items:
+        for execution_id, attempt in asked:
             row = answered.get(execution_id)
             if row is None or execution_id in used:
                 answers.append(_conflict(held.get(execution_id), attempt, self.ttl_s))
                 continue
             used.add(execution_id)
-            _, token, cancelled_flag, waiting, retry_in_s = row
-            if token is None:
-                answers.append(
-                    Claim(conflict=LIMITED, waiting=waiting, retry_in_s=float(retry_in_s or 0))
-                )
-            else:
-                answers.append(Claim(token=token, cancelled=bool(cancelled_flag)))
+            answers.append(claim_of(row))
         return answers
 
     async def _complete_batch(self, items: list[_Completion]) -> list[bool]:
@@ -575,6 +568,25 @@ class LeaseStore:
             stopping=self.stopping,
             on_retry=lambda exc: metrics.DB_ERRORS.labels(op=op).inc(),
         )
+
+
+K = TypeVar("K", bound=tuple[Any, ...])
+
+
+def _firsts(items: list[K]) -> dict[str, K]:
+    """The first item of each execution_id (``item[0]``), in order."""
+    firsts: dict[str, K] = {}
+    for item in items:
+        firsts.setdefault(item[0], item)
+    return firsts
+
+
+def _limited_claim(row: tuple[Any, ...]) -> Claim:
+    """A row of ``duetime_claim_limited``: a token, or the limit that refused the claim."""
+    _, token, cancelled_flag, waiting, retry_in_s = row
+    if token is None:
+        return Claim(conflict=LIMITED, waiting=waiting, retry_in_s=float(retry_in_s or 0))
+    return Claim(token=token, cancelled=bool(cancelled_flag))
 
 
 def _conflict(row: tuple[Any, ...] | None, attempt: int, ttl_s: float) -> Claim:
