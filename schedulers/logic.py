@@ -65,6 +65,7 @@ from duetime.core.records import (
     SchedulerState,
 )
 from duetime.core.retry import MAX_DELAY_LIMIT_S, RetryPolicy, retry_delay_s, should_retry
+from duetime.core.retry_rules import MAX_SNOOZES, apply_policy, retry_after_delay_s
 from duetime.core.schedule import (
     MAX_JITTER_S,
     OneTime,
@@ -181,7 +182,15 @@ class Outputs:
 
 def retry_policy_of(definition: JobDefinition) -> RetryPolicy:
     r = definition.retry
-    return RetryPolicy(r.max_retries, r.base_delay_s, r.max_delay_s, r.jitter)
+    return RetryPolicy(
+        r.max_retries,
+        r.base_delay_s,
+        r.max_delay_s,
+        r.jitter,
+        tuple(r.non_retryable_http_statuses),
+        tuple(r.non_retryable_errors),
+        r.respect_retry_after,
+    )
 
 
 _LIVE = (Status.QUEUED, Status.RUNNING)
@@ -731,6 +740,7 @@ def _on_failure(
         # the traceback (up to 8 KiB) is the projector's, read from the result: kept here it
         # would grow the state changelog and the dead letter by 8 KiB per retry (101 at most)
         error = replace(error, traceback=None)
+    error = apply_policy(error, retry_policy_of(state.definition))  # non-retryable statuses/types
     attempt_error = AttemptError(
         attempt=entry.attempt,
         at_ms=result.finished_at_ms or now_ms,
@@ -764,16 +774,25 @@ def _fail_attempt(
     entry.errors.append(attempt_error)
     entry.deadline_ms = None  # nothing to rescue while it waits for its retry
     policy = retry_policy_of(state.definition)
-    series_attempt = entry.attempt - entry.series_start + 1
+    # a snooze (RetryLater(snooze=True)) uses no attempt, up to MAX_SNOOZES per execution
+    snoozed = error.reason is ErrorReason.SNOOZED and entry.snoozes < MAX_SNOOZES
+    if snoozed and error.retryable:
+        entry.snoozes += 1
+    series_attempt = entry.attempt - entry.series_start + 1 - entry.snoozes
     can_retry = (
         error.retryable
         and state.status is not Status.CANCELLED
-        and should_retry(series_attempt, policy)
+        and (snoozed or should_retry(series_attempt, policy))
     )
     if can_retry:
-        delay_s = retry_after_s
+        delay_s = retry_after_delay_s(
+            retry_after_s,
+            from_http=error.http_status is not None,
+            respect_retry_after=policy.respect_retry_after,
+            max_delay_s=policy.max_delay_s,
+        )
         if delay_s is None:
-            delay_s = retry_delay_s(series_attempt - 1, policy, rng)
+            delay_s = retry_delay_s(max(series_attempt, 1) - 1, policy, rng)
         entry.status = Status.FAILED
         entry.due_at_ms = now_ms + int(delay_s * 1000)
         _move(state, Event.FAIL_RETRYABLE)

@@ -25,7 +25,14 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeAlias
 
 from duetime.core.jobspec import schedule_to_api, target_to_api
-from duetime.core.models import DagRunEventKind, Priority, ResultStatus, Status, Trigger
+from duetime.core.models import (
+    DagRunEventKind,
+    ErrorReason,
+    Priority,
+    ResultStatus,
+    Status,
+    Trigger,
+)
 from duetime.core.projection import Row, dt, job_row
 from duetime.core.records import (
     DagDefinition,
@@ -314,7 +321,8 @@ def apply_result(ex: Execution, result: ExecutionResult) -> None:
     a.result = "success" if result.status is ResultStatus.SUCCESS else "failure"
     a.worker_id = worker
     a.finished_at = iso(result.finished_at_ms)
-    a.error = None if result.error is None else error_json(result.error)
+    if not _policy_verdict(a.error):  # the scheduler's verdict (dead letter) stays shown
+        a.error = None if result.error is None else error_json(result.error)
     a.has_error = True
     a.output_json = result.output_json
     a.traceback = None if result.error is None else result.error.traceback
@@ -328,14 +336,20 @@ def apply_dead_letter(ex: Execution, dead: DeadLetter) -> None:
     ex.attempt(dead.attempts).dead_at = iso(dead.dead_at_ms)
     for err in dead.errors:
         a = ex.attempt(err.attempt)
-        # the worker's own report is richer; the dead letter fills attempts nobody reported
-        if not a.has_error:
+        # the worker's own report is richer; the dead letter fills attempts nobody reported,
+        # and says when the retry policy refused the failure (issue 18: non_retryable)
+        if not a.has_error or err.error.reason is ErrorReason.NON_RETRYABLE:
             a.error, a.has_error = error_json(err.error), True
         if a.worker_id is None and err.worker_id is not None:
             a.worker_id = err.worker_id
         if a.result is None:
             a.result = "failure"
             a.finished_at = iso(err.at_ms)
+
+
+def _policy_verdict(error: Any) -> bool:
+    """Whether a stored error is the scheduler's retry-policy verdict (from a dead letter)."""
+    return isinstance(error, dict) and error.get("reason") == ErrorReason.NON_RETRYABLE.value
 
 
 def error_json(error: ErrorInfo) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from duetime.core.inputs import MAX_TIME_MS
 from duetime.core.models import ErrorReason, ResultStatus
 from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult
 from duetime.core.redact import escape_control, redact_text
+from duetime.core.retry_rules import exception_types
 
 MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_BYTES = 8 * 1024
@@ -83,6 +84,7 @@ def failure(
     http_status: int | None = None,
     retry_after_s: float | None = None,
     traceback_text: str | None = None,
+    exception_types: list[str] | None = None,
 ) -> Outcome:
     """A failed attempt; ``traceback_text`` must come from :func:`task_traceback` (bounded
     and redacted there)."""
@@ -95,6 +97,7 @@ def failure(
             reason=ErrorReason(reason) if reason in _KNOWN_REASONS else ErrorReason.ERROR,
             http_status=http_status,
             traceback=traceback_text,
+            exception_types=exception_types or [],
         ),
         retry_after_s=retry_after_s,
     )
@@ -122,12 +125,21 @@ def from_exception(exc: BaseException) -> Outcome:
         return contained(exc)
     kind = type(exc).__name__
     if isinstance(exc, RetryLater):  # the task asked for it: no traceback to read
-        return failure(kind, message, retryable=True, retry_after_s=_delay_s(exc.delay_s))
+        snooze = getattr(exc, "snooze", False) is True
+        return failure(
+            kind,
+            message,
+            retryable=True,
+            reason="snoozed" if snooze else "error",
+            retry_after_s=_delay_s(exc.delay_s),
+        )
     trace = task_traceback(exc)
     if isinstance(exc, FailPermanently | PermanentError):
         reason = "unknown_target" if getattr(exc, "code", "") == "unknown_target" else "error"
         return failure(kind, message, retryable=False, reason=reason, traceback_text=trace)
-    return failure(kind, message, retryable=True, traceback_text=trace)
+    # the class and its bases, for the retry policy's non_retryable_errors (scheduler side)
+    types = exception_types(type(exc))
+    return failure(kind, message, retryable=True, traceback_text=trace, exception_types=types)
 
 
 def _delay_s(value: object) -> float | None:

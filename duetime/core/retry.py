@@ -27,6 +27,8 @@ from typing import Any
 from duetime.core.errors import ValidationError
 from duetime.core.inputs import check_number
 
+from .retry_rules import check_error_names, check_http_statuses
+
 __all__ = [
     "JITTER_FRACTION",
     "MAX_DELAY_LIMIT_S",
@@ -55,6 +57,12 @@ class RetryPolicy:
     base_delay_s: float = 10.0
     max_delay_s: float = 3600.0
     jitter: bool = True
+    non_retryable_http_statuses: tuple[int, ...] = ()
+    """Statuses after which an HTTP target's attempt is not retried (``retry_rules``)."""
+    non_retryable_errors: tuple[str, ...] = ()
+    """Exception type names after which a task's attempt is not retried (``retry_rules``)."""
+    respect_retry_after: bool = True
+    """An HTTP target's ``Retry-After`` sets the retry's delay (capped at ``max_delay_s``)."""
 
     def __post_init__(self) -> None:
         check_number(
@@ -73,6 +81,15 @@ class RetryPolicy:
             )
         if not isinstance(self.jitter, bool):
             raise ValidationError("jitter must be true or false", field="retry.jitter")
+        if not isinstance(self.respect_retry_after, bool):
+            raise ValidationError(
+                "respect_retry_after must be true or false", field="retry.respect_retry_after"
+            )
+        statuses = check_http_statuses(self.non_retryable_http_statuses)
+        object.__setattr__(self, "non_retryable_http_statuses", statuses)
+        object.__setattr__(
+            self, "non_retryable_errors", check_error_names(self.non_retryable_errors)
+        )
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any] | None) -> RetryPolicy:
@@ -81,7 +98,15 @@ class RetryPolicy:
             return cls()
         if not isinstance(obj, Mapping):
             raise ValidationError("retry must be an object", field="retry")
-        known = {"max_retries", "base_delay_s", "max_delay_s", "jitter"}
+        known = {
+            "max_retries",
+            "base_delay_s",
+            "max_delay_s",
+            "jitter",
+            "non_retryable_http_statuses",
+            "non_retryable_errors",
+            "respect_retry_after",
+        }
         for key in obj:
             if key not in known:
                 raise ValidationError(
@@ -96,6 +121,9 @@ class RetryPolicy:
             "base_delay_s": self.base_delay_s,
             "max_delay_s": self.max_delay_s,
             "jitter": self.jitter,
+            "non_retryable_http_statuses": list(self.non_retryable_http_statuses),
+            "non_retryable_errors": list(self.non_retryable_errors),
+            "respect_retry_after": self.respect_retry_after,
         }
 
 
