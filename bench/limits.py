@@ -24,12 +24,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
-import uuid
 from contextlib import ExitStack
 from typing import Any
-
-from confluent_kafka import Producer
 
 from bench.common import plot_series, progress, write_result
 from bench.worker_throughput import (
@@ -38,6 +34,7 @@ from bench.worker_throughput import (
     WORKER_CONCURRENCY,
     Results,
     fresh,
+    produce_requests,
     scrape,
     stack,
     start_workers,
@@ -61,45 +58,10 @@ def limits_of(mode: str) -> dict[str, Any]:
     }[mode]
 
 
-def produce(common: Any, n: int, mode: str) -> None:
-    """``n`` requests onto exec.normal, with the mode's limits (the scheduler's part skipped)."""
-    from duetime.core.topics import Topics
-    from duetime.schemas.codec import Codec
-
-    codec = Codec()
-    topic = Topics(common.topic_prefix).execution("normal")
-    producer = Producer({"bootstrap.servers": common.bootstrap_servers, "linger.ms": 20})
-    now_ms = time.time_ns() // 1_000_000
-    extra = limits_of(mode)
-    for i in range(n):
-        record: dict[str, Any] = {
-            "execution_id": str(uuid.uuid4()),
-            "job_id": str(uuid.uuid4()),
-            "name": "limits",
-            "attempt": 1,
-            "scheduled_at_ms": now_ms,
-            "due_at_ms": now_ms,
-            "emitted_at_ms": now_ms,
-            "priority": "normal",
-            "target": {"ref": NOOP},
-            "payload_json": f'{{"k": {i % KEYS}}}',
-            "timeout_s": 60.0,
-            "trigger": "schedule",
-            **extra,
-        }
-        while True:
-            try:
-                producer.produce(topic, codec.encode("execution", record), key=record["job_id"])
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(60)
-
-
 def one_run(base: Any, topics: ExitStack, mode: str, workers: int, jobs: int) -> dict[str, Any]:
     common = topics.enter_context(fresh(base))
-    produce(common, jobs, mode)
+    limits = limits_of(mode)
+    produce_requests(common, jobs, lambda i: {"payload_json": f'{{"k": {i % KEYS}}}', **limits})
     results = Results(common)
     procs = start_workers(common, workers, f"limits-{mode}")
     try:

@@ -272,8 +272,11 @@ def create_jobs(common: Any, times_ms: list[int]) -> tuple[list[str], float]:
     return ids, time.monotonic() - started
 
 
-def produce_requests(common: Any, n: int) -> list[str]:
-    """``n`` execution requests straight onto exec.normal (the scheduler's part skipped)."""
+def produce_requests(
+    common: Any, n: int, extra: Callable[[int], dict[str, Any]] | None = None
+) -> list[str]:
+    """``n`` execution requests straight onto exec.normal (the scheduler's part skipped);
+    ``extra(i)``: fields the i-th request has besides (``bench.limits``: its limits)."""
     from duetime.core.topics import Topics
     from duetime.schemas.codec import Codec
 
@@ -282,7 +285,7 @@ def produce_requests(common: Any, n: int) -> list[str]:
     producer = Producer({"bootstrap.servers": common.bootstrap_servers, "linger.ms": 20})
     ids: list[str] = []
     now_ms = time.time_ns() // 1_000_000
-    for _ in range(n):
+    for i in range(n):
         record: dict[str, Any] = {
             "execution_id": str(uuid.uuid4()),
             "job_id": str(uuid.uuid4()),
@@ -297,6 +300,8 @@ def produce_requests(common: Any, n: int) -> list[str]:
             "timeout_s": 60.0,
             "trigger": "schedule",
         }
+        if extra is not None:
+            record.update(extra(i))
         ids.append(record["execution_id"])
         while True:
             try:

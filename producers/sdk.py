@@ -25,6 +25,8 @@ import psycopg
 from confluent_kafka import KafkaError, Message
 
 from duetime.core import kafka
+from duetime.core.backfill import backfill_id
+from duetime.core.calendars import UnknownCalendar, check_calendar_name
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.config import CommonSettings, Env
 from duetime.core.dag import validate_dag_pairs
@@ -59,7 +61,7 @@ from duetime.core.records import (
     JobDefinition,
 )
 from duetime.core.redact import redact_text
-from duetime.core.schedule import first_fire
+from duetime.core.schedule import first_fire, parse_timestamp
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
@@ -167,9 +169,32 @@ class JobClient:
     # --- jobs -----------------------------------------------------------------------------
 
     def build(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> JobDefinition:
-        """Validate a job without publishing it; returns its JobDefinition record."""
-        body = {**(spec or {}), **fields}
+        """Validate a job without publishing it; returns its JobDefinition record. A calendar
+        NAME in the schedule is read from PostgreSQL (``database_url``): the job carries a copy
+        of its rules, as over REST."""
+        body = self._with_calendar({**(spec or {}), **fields})
         return self._build(body, self.clock.now_ms())
+
+    def calendar(self, name: str) -> dict[str, Any]:
+        """A named calendar's rules (created with REST or ``duetime calendars create``), read
+        from the projection's database; :class:`UnknownCalendar` (422) when there is none."""
+        name = check_calendar_name(name, "schedule.calendar")
+        with self._projection() as conn:
+            row = conn.execute("SELECT rules FROM calendars WHERE name = %s", (name,)).fetchone()
+        if row is None:
+            raise UnknownCalendar(
+                f"unknown calendar {name!r}: create it first (POST /v1/calendars)",
+                field="schedule.calendar",
+                details={"calendar": name},
+            )
+        return dict(row[0])
+
+    def _with_calendar(self, body: dict[str, Any]) -> dict[str, Any]:
+        schedule = body.get("schedule")
+        name = schedule.get("calendar") if isinstance(schedule, Mapping) else None
+        if isinstance(schedule, Mapping) and isinstance(name, str):
+            return {**body, "schedule": {**schedule, "calendar": self.calendar(name)}}
+        return body
 
     def _build(
         self, body: Mapping[str, Any], now_ms: int, *, internal: bool = False
@@ -408,6 +433,47 @@ class JobClient:
 
     def trigger(self, job_id: str, *, wait: bool = True) -> str:
         return self.command(self._known(job_id), "trigger", wait=wait)
+
+    def backfill(
+        self,
+        job_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        wait: bool = True,
+        requested_by: str | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> str:
+        """Run the cron job's occurrences in [start, end] (aware datetimes), each once, as
+        its overlap policy allows; returns the backfill id (the same range gives the same id,
+        and asking again runs nothing twice). The REST route checks the job and the size of
+        the range first (``POST /v1/jobs/{id}/backfill``) and shows the progress."""
+        job_id = parse_uuid(job_id, "job_id")
+        from_ms, to_ms = (
+            int(parse_timestamp(value, name).timestamp() * 1000)
+            for value, name in ((start, "from"), (end, "to"))
+        )
+        if to_ms < from_ms:
+            raise ValidationError("backfill 'to' is before 'from'", field="to")
+        command_id = backfill_id(job_id, from_ms, to_ms)
+        record = ControlCommand(
+            command_id=command_id,
+            job_id=job_id,
+            kind=ControlKind.BACKFILL,
+            issued_at_ms=self.clock.now_ms(),
+            requested_by=requested_by,
+            backfill_from_ms=from_ms,
+            backfill_to_ms=to_ms,
+        )
+        self._send(
+            self.topics.control,
+            job_id,
+            self.codec.dump(record, topic=self.topics.control),
+            on_delivery,
+        )
+        if wait:
+            self.flush()
+        return command_id
 
     def _known(self, job_id: str) -> str:
         job_id = parse_uuid(job_id, "job_id")

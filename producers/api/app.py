@@ -27,7 +27,22 @@ from duetime.core.config import Env
 from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
 
-from . import batch, cluster, dags, dlq, docs, errors, jobs, metrics, openapi, stats, store, ui
+from . import (
+    backfill,
+    batch,
+    calendars,
+    cluster,
+    dags,
+    dlq,
+    docs,
+    errors,
+    jobs,
+    metrics,
+    openapi,
+    stats,
+    store,
+    ui,
+)
 from .deps import Res, Resources, no_unknown_query, require_token
 from .guard import Guard
 from .schemas import ErrorBody, Health
@@ -99,6 +114,8 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token), Depends(no_unknown_query)])
     v1.include_router(batch.router, tags=["jobs"])  # before /jobs/{job_id}: its own path
     v1.include_router(jobs.router, tags=["jobs"])
+    v1.include_router(backfill.router, tags=["jobs"])
+    v1.include_router(calendars.router, tags=["calendars"])
     v1.include_router(dags.router, tags=["dags"])
     v1.include_router(dlq.router, tags=["dlq"])
     v1.include_router(stats.router, tags=["stats"])

@@ -14,11 +14,12 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
 from duetime.core.models import Status as StatusValue
 from duetime.core.records import JobDefinition
-from duetime.core.schedule import OneTime, next_fire, parse_schedule
+from duetime.core.schedule import OneTime, next_fire, parse_schedule, upcoming
 from duetime.core.topics import QUEUE_PATTERN
 from duetime.producers import updates
 
 from . import convert, store, uniqueness
+from .calendars import resolve_calendar
 from .deps import Res, Resources, parse_id, read_json, validated
 from .errors import PreconditionFailed
 from .pagination import decode_cursor, page_of
@@ -64,6 +65,7 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
     if not isinstance(body, dict):
         raise ValidationError("a job must be a JSON object", field="")
     body, directive = uniqueness.take_directive(body, res.now())  # unique / debounce
+    body = await resolve_calendar(res, body)  # a calendar's name → the copy of its rules
     definition = validated(res.client.build, body)
     async with res.pool.connection() as conn, conn.transaction():
         claim = uniqueness.Claim()
@@ -125,7 +127,7 @@ async def update_job(
     job_id: str, request: Request, res: Res, if_match: str | None = IfMatch
 ) -> dict[str, Any]:
     job_id = parse_id(job_id, "job")
-    changes = await read_json(request, res.settings)
+    changes = await resolve_calendar(res, await read_json(request, res.settings))
     expected = _revision_of(if_match)
     updates.merged({}, changes)  # a bad field is refused before the database is asked
 
@@ -330,8 +332,10 @@ async def next_runs(
 
 
 def _next_runs(row: JobRow, count: int, now: datetime) -> list[datetime]:
-    """From the scheduler's next wake-up, then the schedule's own math; a paused cron job
-    shows what resuming now would give (its misfire policy aside)."""
+    """From the scheduler's next (nominal) occurrence, then the schedule's own math; a paused
+    cron job shows what resuming now would give (its misfire policy aside). The times are
+    when the runs fire: each occurrence plus its jitter, those the job's calendar excludes
+    left out."""
     if row.schedule is None or row.status is StatusValue.CANCELLED:
         return []
     schedule = parse_schedule(row.schedule)
@@ -340,11 +344,7 @@ def _next_runs(row: JobRow, count: int, now: datetime) -> list[datetime]:
         if row.status is not StatusValue.PAUSED or isinstance(schedule, OneTime):
             return []
         first = next_fire(schedule, now)
-    runs: list[datetime] = []
-    while first is not None and len(runs) < count:
-        runs.append(first)
-        first = next_fire(schedule, first)
-    return runs
+    return upcoming(schedule, str(row.job_id), first, count)
 
 
 @router.get(

@@ -12,10 +12,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from duetime.core.calendars import CALENDAR_NAME_PATTERN, MAX_EXCLUDES
 from duetime.core.jobspec import CALLABLE_REF_PATTERN, TASK_NAME_PATTERN, TOPIC_PATTERN
 from duetime.core.keys import MAX_BURST, MAX_LIMIT, MAX_PER_S, MAX_TEMPLATE_CHARS
 from duetime.core.retry import MAX_DELAY_LIMIT_S, MAX_RETRIES_LIMIT, MIN_BASE_DELAY_S
 from duetime.core.retry_rules import MAX_ERROR_NAME_CHARS, MAX_NON_RETRYABLE
+from duetime.core.schedule import MAX_JITTER_S
 from duetime.core.topics import DEFAULT_QUEUE, QUEUE_PATTERN
 
 Status = Literal[
@@ -353,6 +355,26 @@ class Health(BaseModel):
 # --- request bodies (documentation of what build_job accepts) --------------------------------
 
 _TS = {"type": "string", "format": "date-time"}
+CALENDAR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "title": "Calendar",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": CALENDAR_NAME_PATTERN},
+        "timezone": {"type": "string", "example": "Europe/Berlin", "default": "UTC"},
+        "exclude": {
+            "type": "array",
+            "maxItems": MAX_EXCLUDES,
+            "items": {"type": "string", "example": "2026-12-24..2026-12-31"},
+            "description": "dates (YYYY-MM-DD) and inclusive ranges (YYYY-MM-DD..YYYY-MM-DD)",
+        },
+        "exclude_weekdays": {
+            "type": "array",
+            "items": {"enum": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        },
+    },
+    "additionalProperties": False,
+}
 SCHEDULE_SCHEMA: dict[str, Any] = {
     "oneOf": [
         {
@@ -375,6 +397,21 @@ SCHEDULE_SCHEMA: dict[str, Any] = {
                 "timezone": {"type": "string", "example": "Europe/Berlin"},
                 "start_at": _TS,
                 "end_at": _TS,
+                "jitter_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": MAX_JITTER_S,
+                    "description": "each occurrence fires up to this late: a fixed offset per "
+                    "occurrence (a hash of job id and occurrence), shown by next_runs",
+                },
+                "calendar": {
+                    "anyOf": [
+                        {"type": "string", "pattern": CALENDAR_NAME_PATTERN},
+                        CALENDAR_SCHEMA,
+                    ],
+                    "description": "a calendar's name (/v1/calendars; its rules are copied into "
+                    "the job) or its rules: occurrences on excluded dates are skipped",
+                },
             },
             "additionalProperties": False,
         },

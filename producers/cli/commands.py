@@ -20,7 +20,7 @@ from typing import Any
 from duetime.core.clock import SYSTEM_CLOCK
 from duetime.core.config import Env
 
-from . import render, update
+from . import render, schedules, update
 from .client import Api, ApiCallError, CliSettings
 
 JOB_COLUMNS = ("job_id", "name", "status", "priority", "next_run_at", "last_run")
@@ -109,6 +109,7 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
     job_flags(create)
     create.add_argument("--job-id", help="client-chosen UUID (idempotent create)")
     update.add_arguments(sub)
+    schedules.add_backfill_arguments(sub)
 
     for name, text in (("get", "show one job"),):
         p = sub.add_parser(name, help=text)
@@ -140,6 +141,10 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
     when.add_argument("--cron", help="5 fields, or 6 with seconds first")
     when.add_argument("--at", help="one-time: an RFC 3339 timestamp")
     parser.add_argument("--timezone", help="IANA zone of --cron (default UTC)")
+    parser.add_argument(
+        "--jitter-s", type=float, metavar="SECONDS", help="--cron: fire each run up to this late"
+    )
+    parser.add_argument("--calendar", metavar="NAME", help="--cron: skip the calendar's dates")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--url-target", dest="target_url", help="http target URL")
     target.add_argument("--python", dest="target_python", help="python target package.mod:fn")
@@ -219,7 +224,13 @@ def _base_body(raw: str | None) -> dict[str, Any]:
 
 def _schedule_flag(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.cron:
-        return {"cron": args.cron, "timezone": args.timezone or "UTC"}
+        # getattr with a default: a caller's own namespace (tests, scripts) may predate them
+        extra = {
+            key: value
+            for key in ("jitter_s", "calendar")
+            if (value := getattr(args, key, None)) is not None
+        }
+        return {"cron": args.cron, "timezone": args.timezone or "UTC", **extra}
     return {"at": args.at} if args.at else None
 
 
@@ -262,6 +273,8 @@ def run_jobs(args: argparse.Namespace) -> int:
     def action(api: Api) -> int:
         if args.action in update.ACTIONS:
             return update.run(api, args, _create_body)
+        if args.action in schedules.BACKFILL_ACTIONS:
+            return schedules.run_backfill(api, args)
         if args.action == "create":
             out = api.post("/v1/jobs", _create_body(args))
             render.as_json(out) if args.json else render.record(out)
