@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from duetime.core.models import PRIORITY_ORDER, Priority
 from duetime.core.redact import redact_text
-from duetime.core.topics import Topics
+from duetime.core.topics import DEFAULT_QUEUE, Topics
 
 from .deps import Res
 from .errors import Unavailable
@@ -47,8 +47,6 @@ ANSWER_S = 12.0
 """How long the whole describe may take (a few calls in a row)."""
 MAX_GROUPS = 200
 """Groups described at most (a shared Kafka may hold thousands of other services' groups)."""
-DEFAULT_QUEUE = "default"
-_PRIORITIES = frozenset(p.value for p in PRIORITY_ORDER)
 
 
 # --- what Kafka said, as plain data (pure functions below build the answer from it) -------
@@ -63,13 +61,14 @@ class Member:
     assignment: tuple[tuple[str, int], ...]
     """(topic, partition) pairs assigned to the member."""
 
-    def assignment_queues(self, prefix: str) -> list[tuple[QueueTopic, int]]:
-        """The execution-topic part of the assignment: (queue and priority, partition)."""
+    def assignment_queues(self, prefix: str) -> list[tuple[str, Priority, int]]:
+        """The execution-topic part of the assignment: (queue, priority, partition)."""
+        topics = Topics(prefix)
         out = []
         for topic, partition in self.assignment:
-            q = queue_topic(topic, prefix)
-            if q is not None:
-                out.append((q, partition))
+            parsed = topics.parse_execution(topic)
+            if parsed is not None:
+                out.append((parsed[0], parsed[1], partition))
         return out
 
 
@@ -91,30 +90,6 @@ class Snapshot:
     warnings: tuple[str, ...] = ()
     leases: Mapping[str, tuple[int, datetime | None]] = field(default_factory=dict)
     """Worker id → (leases held, latest renewal) from PostgreSQL."""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueTopic:
-    queue: str
-    priority: str
-
-
-def queue_topic(topic: str, prefix: str) -> QueueTopic | None:
-    """The queue and priority an execution topic carries, or None for any other topic.
-
-    ``<prefix>exec.<priority>`` is the default queue's, ``<prefix>exec.<queue>.<priority>``
-    another queue's (a queue name may itself hold dots: the priority is the last part).
-    """
-    head = f"{prefix}exec."
-    if not topic.startswith(head):
-        return None
-    rest = topic[len(head) :]
-    queue, _, priority = rest.rpartition(".")
-    if priority not in _PRIORITIES:
-        return None
-    if not _:
-        return QueueTopic(DEFAULT_QUEUE, priority)
-    return QueueTopic(queue, priority) if queue else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +120,15 @@ def _partitions(assignment: Iterable[tuple[str, int]], topic: str) -> list[int]:
     return sorted({p for t, p in assignment if t == topic})
 
 
-def _queues(assignment: Iterable[tuple[str, int]], prefix: str) -> list[dict[str, Any]]:
+def _queues(m: Member, prefix: str) -> list[dict[str, Any]]:
     """Per (queue, priority) the member reads: its partitions; default queue first, then by
     name, priorities in the order workers drain them."""
-    by: dict[tuple[str, str], set[int]] = {}
-    for topic, partition in assignment:
-        q = queue_topic(topic, prefix)
-        if q is not None:
-            by.setdefault((q.queue, q.priority), set()).add(partition)
-    order = {p.value: i for i, p in enumerate(PRIORITY_ORDER)}
-    keys = sorted(by, key=lambda k: (k[0] != DEFAULT_QUEUE, k[0], order.get(k[1], 0)))
-    return [{"queue": q, "priority": p, "partitions": sorted(by[(q, p)])} for q, p in keys]
+    by: dict[tuple[str, Priority], set[int]] = {}
+    for queue, priority, partition in m.assignment_queues(prefix):
+        by.setdefault((queue, priority), set()).add(partition)
+    order = {p: i for i, p in enumerate(PRIORITY_ORDER)}
+    keys = sorted(by, key=lambda k: (k[0] != DEFAULT_QUEUE, k[0], order[k[1]]))
+    return [{"queue": q, "priority": p.value, "partitions": sorted(by[(q, p)])} for q, p in keys]
 
 
 def _worker_id(client_id: str) -> str:
@@ -218,12 +191,12 @@ def _worker_group_out(g: Group, snap: Snapshot, prefix: str, at: datetime) -> di
     names: set[str] = set()
     for m in g.members:
         held, renewed = snap.leases.get(_worker_id(m.client_id), (0, None))
-        names.update(t.queue for t, _ in m.assignment_queues(prefix))
+        names.update(queue for queue, _, _ in m.assignment_queues(prefix))
         members.append(
             {
                 **_member_out(m, at),
                 "worker_id": _worker_id(m.client_id),
-                "queues": _queues(m.assignment, prefix),
+                "queues": _queues(m, prefix),
                 "leases_held": held,
                 "last_lease_renewal_at": renewed,
             }

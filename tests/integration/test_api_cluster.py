@@ -49,9 +49,13 @@ def test_the_cluster_shows_scheduler_ownership_workers_queues_and_leases(
                 got = answer.json()
                 workers = [g for g in got["workers"] if g["group"] == f"{prefix}workers"]
                 held = [m for g in workers for m in g["members"] if m["leases_held"]]
-                return got if held else None
+                # the projector joins its group on its own time: wait for it too
+                projector = got["projector"] and got["projector"]["members"]
+                return got if held and projector else None
 
-            shown = wait_for(holding, 60, "the worker to show the lease it holds", interval_s=0.5)
+            shown = wait_for(
+                holding, 60, "the worker's lease and the projector's group", interval_s=0.5
+            )
         finally:
             sink.gate.set()
     assert shown is not None

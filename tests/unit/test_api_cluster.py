@@ -1,5 +1,6 @@
-"""The pure half of ``GET /v1/cluster``: execution topic names → (queue, priority), and the
-answer built from what Kafka said (ownership, unowned partitions, worker groups, queues)."""
+"""The pure half of ``GET /v1/cluster``: the answer built from what Kafka said (ownership,
+unowned partitions, worker groups and their queues; topic names are parsed by
+``Topics.parse_execution``, tested with the queues)."""
 
 from __future__ import annotations
 
@@ -9,41 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from duetime.core.models import PRIORITY_ORDER
-from duetime.core.topics import Topics
-from duetime.producers.api.cluster import Group, Member, QueueTopic, Snapshot, build, queue_topic
+from duetime.core.topics import QUEUE_PATTERN, Topics
+from duetime.producers.api.cluster import Group, Member, Snapshot, build
 
 PRIORITIES = [p.value for p in PRIORITY_ORDER]
 AT = datetime(2026, 12, 2, tzinfo=UTC)
 prefixes = st.sampled_from(["duetime.", "t0123456789.", "", "a.b."])
-queues = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=20)
-
-
-@given(prefixes, st.sampled_from(PRIORITIES))
-def test_the_default_queue_topics_are_the_priority_topics(prefix: str, priority: str) -> None:
-    topic = Topics(prefix).execution(priority)
-    assert queue_topic(topic, prefix) == QueueTopic("default", priority)
-
-
-@given(prefixes, queues, st.sampled_from(PRIORITIES))
-def test_a_named_queue_round_trips(prefix: str, queue: str, priority: str) -> None:
-    # the priority is the last dot-separated part, so a queue name may hold dots
-    assert queue_topic(f"{prefix}exec.{queue}.{priority}", prefix) == QueueTopic(queue, priority)
-
-
-@given(prefixes, st.text(max_size=30))
-def test_other_topics_are_not_queues(prefix: str, name: str) -> None:
-    parsed = queue_topic(f"{prefix}{name}", prefix)
-    if parsed is not None:  # only names of the form exec.[<queue>.]<priority> parse
-        assert name.startswith("exec.") and name.rsplit(".", 1)[-1] == parsed.priority
-        assert parsed.priority in PRIORITIES
-
-
-def test_topics_of_other_prefixes_and_unknown_priorities_are_refused() -> None:
-    assert queue_topic("other.exec.normal", "duetime.") is None
-    assert queue_topic("duetime.exec.urgent", "duetime.") is None
-    assert queue_topic("duetime.exec.", "duetime.") is None
-    assert queue_topic("duetime.exec..normal", "duetime.") is None
-    assert queue_topic("duetime.jobs", "duetime.") is None
+queues = st.one_of(st.just("default"), st.from_regex(r"\A" + QUEUE_PATTERN + r"\Z"))
 
 
 def member(client: str, *assignment: tuple[str, int]) -> Member:
@@ -143,3 +116,25 @@ def test_an_empty_default_worker_group_is_still_shown() -> None:
         (f"{p}workers", "empty", [])
     ]
     assert got["schedulers"] is None and got["unowned_partitions"] == [0, 1, 2]
+
+
+@given(
+    prefixes,
+    st.lists(
+        st.tuples(queues, st.sampled_from(PRIORITIES), st.integers(min_value=0, max_value=63)),
+        max_size=12,
+    ),
+)
+def test_a_workers_queues_are_what_it_is_assigned(
+    prefix: str, assigned: list[tuple[str, str, int]]
+) -> None:
+    topics = Topics(prefix)
+    w = member("w", *[(topics.execution(p, q), n) for q, p, n in assigned], (f"{prefix}jobs", 0))
+    group = Group(f"{prefix}workers", "stable", "consumer", (w,))
+    (out,) = build(Snapshot({group.group_id: group}, 1), prefix, AT)["workers"]
+    rows = out["members"][0]["queues"]
+    shown = {(r["queue"], r["priority"], n) for r in rows for n in r["partitions"]}
+    assert shown == set(assigned)
+    names = [r["queue"] for r in rows]
+    assert out["queues"] == sorted(set(names), key=lambda q: (q != "default", q))
+    assert names == sorted(names, key=lambda q: (q != "default", q))  # default first, by name
