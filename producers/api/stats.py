@@ -164,6 +164,6 @@ async def lag(
         "group": name,
         "at": res.now(),
         # the default queue's, as before queues existed
-        "priorities": [] if default is None else default.as_dict()["priorities"],
+        "priorities": [] if default is None else [t.as_dict() for t in default.priorities],
         "queues": [q.as_dict() for q in queues],
     }

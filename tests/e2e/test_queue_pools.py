@@ -29,6 +29,7 @@ from duetime.schedulers.settings import SchedulerSettings
 from duetime.schemas.codec import Codec
 from tests.e2e.procs import Role, role_env
 from tests.helpers import RunningScheduler, TopicReader, wait_for
+from tests.integration import conftest as integration
 
 POOLS = ("alpha", "beta")
 PAST = {"at": "2020-01-01T00:00:00Z"}
@@ -39,29 +40,14 @@ CROSS = 10
 """Jobs in queue beta whose task only pool alpha may import: they must dead-letter on beta."""
 TOTAL = 1000
 
+# the integration tests' fixtures, re-exported: an SDK client and readers of results and DLQ
+client = integration.client
+results = integration.results
+dlq = integration.dlq
+
 
 def task_of(pool: str) -> dict[str, str]:
     return {"type": "python", "ref": f"tests.e2e.pools.{pool}:run"}
-
-
-@pytest.fixture
-def client(settings: CommonSettings) -> Iterator[JobClient]:
-    with JobClient(settings=settings) as c:
-        yield c
-
-
-@pytest.fixture
-def results(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).results], "result")
-    yield reader
-    reader.close()
-
-
-@pytest.fixture
-def dlq(settings: CommonSettings) -> Iterator[TopicReader]:
-    reader = TopicReader(settings, [Topics(settings.topic_prefix).dlq], "dead_letter")
-    yield reader
-    reader.close()
 
 
 @pytest.fixture

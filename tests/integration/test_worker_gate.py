@@ -90,7 +90,8 @@ def sample(name: str, labels: dict[str, str]) -> float:
 def test_a_stale_request_ends_expired_and_is_not_run(
     requests: Requests, worker: RunningWorker, results: TopicReader
 ) -> None:
-    before = sample("duetime_worker_expired_total", {"priority": "normal"})
+    labels = {"queue": "default", "priority": "normal"}  # the metric's labels since queues
+    before = sample("duetime_worker_expired_total", labels)
     stale = requests.send(due_at_ms=now_ms() - 10_000, start_within_s=2.0)
     fresh = requests.send(due_at_ms=now_ms() - 10_000, start_within_s=3600.0)
     [expired] = final(results, stale["job_id"])
@@ -101,7 +102,7 @@ def test_a_stale_request_ends_expired_and_is_not_run(
     assert ran["status"] == "success", ran
     assert stale["execution_id"] not in support.STARTED  # never run
     assert fresh["execution_id"] in support.STARTED
-    assert sample("duetime_worker_expired_total", {"priority": "normal"}) == before + 1
+    assert sample("duetime_worker_expired_total", labels) == before + 1
 
 
 def test_an_early_request_starts_no_earlier_than_due_and_holds_no_slot(
