@@ -82,7 +82,8 @@ def create_jobs(
                 schedule={"at": at.isoformat()},
                 target={"type": "http", "url": scenario.sink.url},
                 retry={"max_retries": 5, "base_delay_s": 1, "max_delay_s": 5},
-                timeout_s=30,
+                # the rescue window (timeout + TTL + 30 s) stays far above the longest wait
+                timeout_s=300,
                 wait=False,
                 **extra,
             )
