@@ -9,10 +9,11 @@ the resolver's and the projector's groups follow. Every member listed was seen a
 answer's ``at`` (the time of this describe); a worker that holds leases also shows its latest
 lease renewal from PostgreSQL, its own heartbeat while it runs work.
 
-Guarantees: nothing is cached; each Kafka call waits at most ``KAFKA_CALL_S`` and the whole
-answer at most ``ANSWER_S`` (then 503 ``unavailable``, naming what did not answer); one
-describe runs at a time per API process (a second caller while one is still in flight gets a
-503 too rather than piling threads onto an unanswering broker). The admin requests are sent
+Guarantees: nothing is cached; each of the three rounds of Kafka requests (metadata, list the
+groups, describe them) is waited on for at most ``KAFKA_CALL_S``, and a caller waits at most
+``ANSWER_S`` (then 503 ``unavailable``, naming what did not answer); one describe runs at a
+time per API process: concurrent callers share it, so an unanswering broker never has
+threads piled onto it. The admin requests are sent
 without librdkafka's ``request_timeout`` (a describe that timed out mid coordinator lookup
 aborted a test process on the three-broker cluster: librdkafka 2.16, ``eonce->refcnt > 0``);
 the wait on their futures is what is bounded here.
@@ -21,7 +22,7 @@ the wait on their futures is what is bounded here.
 from __future__ import annotations
 
 import asyncio
-import threading
+import concurrent.futures
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,9 +43,9 @@ from .schemas import errors
 router = APIRouter()
 
 KAFKA_CALL_S = 5.0
-"""How long one Kafka admin call may take before the answer is a 503."""
-ANSWER_S = 12.0
-"""How long the whole describe may take (a few calls in a row)."""
+"""How long one round of Kafka admin requests is waited on."""
+ANSWER_S = 3 * KAFKA_CALL_S + 1.0
+"""How long a caller waits for the describe (its three rounds) before answering 503."""
 MAX_GROUPS = 200
 """Groups described at most (a shared Kafka may hold thousands of other services' groups)."""
 
@@ -234,8 +235,9 @@ def _member(m: Any) -> Member:
     )
 
 
-def _describe(admin: Any, prefix: str, cancelled: threading.Event) -> Snapshot:
-    """List the groups, describe the ones that matter, read the jobs topic's partitions."""
+def _describe(admin: Any, prefix: str) -> Snapshot:
+    """List the groups, describe the ones that matter, read the jobs topic's partitions: three
+    rounds of Kafka requests, each waited on for at most KAFKA_CALL_S."""
     topics = Topics(prefix)
     # first a metadata request: it raises when no broker answers, where listing groups
     # answers "no groups" (seen with librdkafka 2.16), which would read as "nobody alive"
@@ -250,15 +252,17 @@ def _describe(admin: Any, prefix: str, cancelled: threading.Event) -> Snapshot:
         {g.group_id for g in listed.valid or [] if not g.is_simple_consumer_group},
         key=lambda gid: (gid not in first, not gid.startswith(prefix), gid),
     )
-    truncated = len(ids) > MAX_GROUPS
     groups: dict[str, Group] = {}
-    if ids[:MAX_GROUPS] and not cancelled.is_set():
+    if ids:
         futures = admin.describe_consumer_groups(ids[:MAX_GROUPS])
+        # one wait for them all: a slow coordinator costs KAFKA_CALL_S once, not per group
+        concurrent.futures.wait(list(futures.values()), timeout=KAFKA_CALL_S)
         for gid, future in futures.items():
-            if cancelled.is_set():
-                break
+            if not future.done():
+                warnings.append(f"describing {gid}: no answer within {KAFKA_CALL_S:g} s")
+                continue
             try:
-                d = future.result(timeout=KAFKA_CALL_S)
+                d = future.result()
             except KafkaException as exc:
                 warnings.append(redact_text(f"describing {gid}: {exc}")[:200])
                 continue
@@ -268,7 +272,7 @@ def _describe(admin: Any, prefix: str, cancelled: threading.Event) -> Snapshot:
                 protocol=_name(getattr(d, "type", "classic")),
                 members=tuple(_member(m) for m in d.members),
             )
-    return Snapshot(groups, partitions, truncated, tuple(warnings))
+    return Snapshot(groups, partitions, len(ids) > MAX_GROUPS, tuple(warnings))
 
 
 async def _leases(res: Any, worker_ids: Sequence[str]) -> dict[str, tuple[int, datetime | None]]:
@@ -362,21 +366,16 @@ class ClusterOut(BaseModel):
 )
 async def cluster(res: Res) -> dict[str, Any]:
     prefix = res.settings.common.topic_prefix
-    gate = res.cluster_gate
-    if not gate.acquire(blocking=False):
-        raise Unavailable("a describe of the cluster is still waiting for Kafka; try again")
-    cancelled = threading.Event()
-
-    def run() -> Snapshot:
-        try:
-            return _describe(res.admin, prefix, cancelled)
-        finally:
-            gate.release()  # when the thread ends, not when the request gives up on it
-
+    task = res.cluster_describe
+    if task is None or task.done():
+        # one describe at a time per process: concurrent callers share it, and a describe
+        # still waiting for Kafka is waited on again rather than joined by another thread
+        task = asyncio.ensure_future(asyncio.to_thread(_describe, res.admin, prefix))
+        task.add_done_callback(_seen)
+        res.cluster_describe = task
     try:
-        snap = await asyncio.wait_for(asyncio.to_thread(run), ANSWER_S)
+        snap: Snapshot = await asyncio.wait_for(asyncio.shield(task), ANSWER_S)
     except (TimeoutError, KafkaException) as exc:
-        cancelled.set()
         shown = redact_text(str(exc) or "no answer in time")
         raise Unavailable(f"Kafka did not answer: {shown}"[:300]) from None
     workers = [
@@ -388,3 +387,9 @@ async def cluster(res: Res) -> dict[str, Any]:
     leases = await _leases(res, workers)
     snap = Snapshot(snap.groups, snap.partitions, snap.truncated, snap.warnings, leases)
     return build(snap, prefix, res.now())
+
+
+def _seen(task: asyncio.Future[Snapshot]) -> None:
+    # a describe whose callers all gave up still ends; its error is theirs, already answered
+    if not task.cancelled():
+        task.exception()

@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import re
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,8 +46,8 @@ class Resources:
     """The readiness probe of Kafka in flight, shared by concurrent /readyz calls."""
     cron_slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
     """Cron evaluations (next_runs) running at once in threads; the others wait their turn."""
-    cluster_gate: threading.Lock = field(default_factory=threading.Lock)
-    """Held while a describe of the cluster (GET /v1/cluster) runs in its thread: one at a time."""
+    cluster_describe: asyncio.Future[Any] | None = None
+    """The describe of the cluster in flight (GET /v1/cluster), shared by concurrent calls."""
 
     def now(self) -> datetime:
         """Wall-clock time from the SDK client's Clock (the one Clock of the process)."""
