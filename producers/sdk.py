@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeAlias
 
 import psycopg
 from confluent_kafka import KafkaError, Message
 
-from duetime.core import kafka
+from duetime.core import kafka, tracing
 from duetime.core.backfill import backfill_id
 from duetime.core.calendars import UnknownCalendar, check_calendar_name
 from duetime.core.clock import SYSTEM_CLOCK, Clock
@@ -69,6 +69,8 @@ from . import updates
 from .execution_view import ExecutionView, read_execution
 
 DeliveryCallback = Callable[[KafkaError | None], None]
+KafkaHeaders: TypeAlias = list[tuple[str, str | bytes | None]] | None
+"""Record headers as confluent-kafka takes them."""
 """Told the outcome of one published event: None once acknowledged, else the error."""
 
 CONTROL_KINDS = ("pause", "resume", "cancel", "trigger", "release", "skip", "replay")
@@ -221,17 +223,31 @@ class JobClient:
             )
 
     def create_job(
-        self, spec: Mapping[str, Any] | None = None, *, wait: bool = True, **fields: Any
+        self,
+        spec: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = True,
+        traceparent: str | None = None,
+        **fields: Any,
     ) -> JobCreated:
         """Validate and publish a job. Re-creating the same job_id with the same body is a no-op;
         with another body it raises :class:`Conflict` when the client checks existing jobs
-        (``check_existing=True``), else it is published as an update (see ``__init__``)."""
+        (``check_existing=True``), else it is published as an update (see ``__init__``).
+        ``traceparent`` (W3C; default: the caller's current OpenTelemetry span, if any): every
+        execution of the job joins that trace (a malformed one is ignored)."""
         definition = self.build(spec, **fields)
-        return self._create(definition, bool({**(spec or {}), **fields}.get("job_id")), wait)
+        id_given = bool({**(spec or {}), **fields}.get("job_id"))
+        return self._create(definition, id_given, wait, traceparent)
 
-    def _create(self, definition: JobDefinition, id_given: bool, wait: bool) -> JobCreated:
+    def _create(
+        self,
+        definition: JobDefinition,
+        id_given: bool,
+        wait: bool,
+        traceparent: str | None = None,
+    ) -> JobCreated:
         if not (id_given and self.check_existing and self._exists_same(definition)):
-            self.publish_definition(definition, wait=wait)
+            self.publish_definition(definition, wait=wait, traceparent=traceparent)
         return JobCreated(
             job_id=definition.job_id,
             status=(Status.BLOCKED if definition.depends_on else Status.PENDING).value,
@@ -262,11 +278,15 @@ class JobClient:
         *,
         wait: bool = True,
         on_delivery: DeliveryCallback | None = None,
+        traceparent: str | None = None,
     ) -> None:
         """Publish a built definition. ``on_delivery(error_or_None)`` reports this one event's
-        fate (served by :meth:`poll` / :meth:`flush`); its error is then the caller's alone."""
+        fate (served by :meth:`poll` / :meth:`flush`); its error is then the caller's alone.
+        The record carries ``traceparent`` (or the caller's ambient one) as a header."""
         value = self.codec.dump(definition, topic=self.topics.jobs)
-        self._send(self.topics.jobs, definition.job_id, value, on_delivery)
+        trace = tracing.parse(traceparent) if traceparent is not None else tracing.ambient()
+        headers: KafkaHeaders = None if trace is None else [(tracing.HEADER, trace.encode())]
+        self._send(self.topics.jobs, definition.job_id, value, on_delivery, headers)
         if wait:
             self.flush()
 
@@ -749,7 +769,12 @@ class JobClient:
     # --- delivery -------------------------------------------------------------------------
 
     def _send(
-        self, topic: str, key: str, value: bytes, on_delivery: DeliveryCallback | None = None
+        self,
+        topic: str,
+        key: str,
+        value: bytes,
+        on_delivery: DeliveryCallback | None = None,
+        headers: KafkaHeaders = None,
     ) -> None:
         callback = self._delivered
         if on_delivery is not None:
@@ -759,7 +784,9 @@ class JobClient:
 
         while True:
             try:
-                self._producer.produce(topic, key=key, value=value, on_delivery=callback)
+                self._producer.produce(
+                    topic, key=key, value=value, on_delivery=callback, headers=headers
+                )
                 self._producer.poll(0)
                 return
             except BufferError:

@@ -21,6 +21,7 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
 def run_scheduler(args: argparse.Namespace, clock: Clock | None = None) -> int:
     """``clock``: the system clock unless given (tests/offset_clock.py starts a scheduler
     whose wall clock is off, the way an operator's badly set clock would be)."""
+    from duetime.core import tracing
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -34,4 +35,9 @@ def run_scheduler(args: argparse.Namespace, clock: Clock | None = None) -> int:
         args.metrics_port if args.metrics_port is not None else settings.common.metrics_port,
         settings.common.metrics_host,
     )
-    return run(settings, clock)
+    # spans only with the otel extra and an exporter in OTEL_* (duetime/core/tracing.py)
+    tracing.configure("scheduler")
+    try:
+        return run(settings, clock)
+    finally:
+        tracing.shutdown()  # export what is buffered

@@ -33,6 +33,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from duetime.core import tracing
 from duetime.core.clock import Clock
 from duetime.core.errors import CONTENT_ERRORS, DecodeError
 from duetime.core.jobspec import MAX_DEFINITION_BYTES
@@ -374,6 +375,8 @@ class PartitionOwner:
                 f"a definition of {len(value)} bytes is over the limit of {MAX_DEFINITION_BYTES}"
             )
         record = self.codec.load(cls, value, topic=topic, partition=self.partition, offset=offset)
+        if isinstance(record, JobDefinition):  # the creating request's trace (core/tracing.py)
+            record = tracing.keep_trace(record, msg.headers())
         logic.check_input(record)
         return record
 
@@ -541,6 +544,7 @@ class PartitionOwner:
                 route.key(record),
                 self.codec.dump(record, topic=topic),
                 self.partition if route.own_partition else _ANY_PARTITION,
+                tracing.request_headers(state, record),
             )
             for route in _ROUTES
             for record in route.records(out)

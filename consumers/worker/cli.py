@@ -29,6 +29,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     import os
 
+    from duetime.core import tracing
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -49,4 +50,9 @@ def run_worker(args: argparse.Namespace) -> int:
         args.metrics_port if args.metrics_port is not None else settings.common.metrics_port,
         settings.common.metrics_host,
     )
-    return run(settings)
+    # spans only with the otel extra and an exporter in OTEL_* (duetime/core/tracing.py)
+    tracing.configure("worker")
+    try:
+        return run(settings)
+    finally:
+        tracing.shutdown()  # export what is buffered

@@ -33,6 +33,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from duetime.core import tracing
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.kafka import ErrorClass, classify
 from duetime.core.models import Priority, ResultStatus
@@ -94,6 +95,8 @@ class Item(Delivery):
     """When a limit first held it back (monotonic): the wait-time metric."""
     limit_pass: bool = False
     """Let go by the limit waits to try its claim (it does not join them again first)."""
+    trace: str | None = None
+    """The request's ``traceparent`` (read at the claim; core/tracing.py)."""
 
     @property
     def execution_id(self) -> str:
@@ -345,6 +348,7 @@ class Executor:
             return  # not committed: redelivered to the partition's next owner
         self.park_poison(item.msg, item.tp, item.offset, f"{type(exc).__name__}: {exc}")
 
+    @tracing.traced("claim", first=True)
     async def _claim(self, item: Item) -> Claim | None:
         try:
             request = item.request
@@ -360,6 +364,7 @@ class Executor:
             self._on_finished(item, False)
             return None
 
+    @tracing.traced("run")  # an HTTP target's request carries the run's traceparent
     async def _run(self, item: Item, token: int) -> tuple[Outcome | None, int, int]:
         request = item.request
         started_ms = self.clock.now_ms()
@@ -424,6 +429,7 @@ class Executor:
 
             self._spawn(later(), f"running/{item.key}")
 
+    @tracing.traced("report")  # the result carries the report's traceparent
     async def _report(
         self, item: Item, token: int, outcome: Outcome, started_ms: int, finished_ms: int
     ) -> None:
@@ -470,7 +476,11 @@ class Executor:
         """Publish a result until the broker acknowledges it (False: stopped first)."""
         while True:
             future = await self.producer.send_wait(
-                self.results_topic, value, key=item.request.job_id, partition=item.tp[1]
+                self.results_topic,
+                value,
+                key=item.request.job_id,
+                partition=item.tp[1],
+                headers=tracing.kafka_headers(tracing.current()),
             )
             try:
                 await future

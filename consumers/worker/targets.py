@@ -46,6 +46,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from duetime.consumers.tasks import ExecutionContext, TaskRegistry, UnknownTarget, is_async
+from duetime.core import tracing
 from duetime.core.records import ExecutionRequest, HttpTarget, PythonTarget
 from duetime.core.redact import escape_control
 
@@ -176,6 +177,10 @@ class Targets:
                 "User-Agent": "duetime-worker",
             }
         )
+        traceparent = tracing.current()
+        if traceparent is not None:  # the job's trace (core/tracing.py), over the job's own
+            headers = {n: v for n, v in headers.items() if n.lower() != tracing.HEADER}
+            headers[tracing.HEADER] = traceparent
         body: bytes | None = None
         if method not in _NO_BODY:
             headers["Content-Type"] = "application/json"
@@ -239,6 +244,7 @@ class Targets:
                     ("execution_id", request.execution_id.encode()),
                     ("duetime-job-id", request.job_id.encode()),
                     ("duetime-attempt", str(request.attempt).encode()),
+                    *(tracing.kafka_headers(tracing.current()) or ()),
                 ],
             )
             msg = await future

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from duetime.core import tracing
 from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
 from duetime.core.models import Status as StatusValue
 from duetime.core.records import JobDefinition
@@ -83,8 +84,12 @@ async def create_job(request: Request, response: Response, res: Res) -> dict[str
                 )
             response.status_code = 200
             return _created(definition.job_id, row.status, row.next_run_at)
+        # the request's trace: a malformed or oversized header is ignored (core/tracing.py)
+        trace = tracing.from_mapping(request.headers)
         await res.writer.publish(
-            lambda done: res.client.publish_definition(definition, wait=False, on_delivery=done)
+            lambda done: res.client.publish_definition(
+                definition, wait=False, on_delivery=done, traceparent=trace
+            )
         )
         if claim.replaces is not None:
             await uniqueness.cancel_replaced(res, claim.replaces)
