@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from duetime.core import tracing
 from duetime.core.errors import Conflict, DuetimeError, ValidationError
 from duetime.core.models import Status as StatusValue
 from duetime.core.records import JobDefinition
@@ -95,7 +96,9 @@ async def create_jobs(request: Request, response: Response, res: Res) -> dict[st
                     details={"index": index, "job_id": definition.job_id},
                 )
             out.append(_item(definition.job_id, row.status, row.next_run_at, created=False))
-        await res.writer.publish_many([_publisher(res.client, d) for d in fresh])
+        # the request's trace, on every job of it (a malformed header is ignored)
+        trace = tracing.from_mapping(request.headers)
+        await res.writer.publish_many([_publisher(res.client, d, trace) for d in fresh])
     if not fresh:
         response.status_code = 200  # every job existed as sent: nothing new
     return {"items": out}
@@ -144,9 +147,9 @@ def _build_all(client: JobClient, items: Sequence[Any]) -> list[JobDefinition]:
     return built
 
 
-def _publisher(client: JobClient, definition: JobDefinition) -> Publish:
+def _publisher(client: JobClient, definition: JobDefinition, trace: str | None) -> Publish:
     def publish(done: Callable[[KafkaError | None], None]) -> None:
-        client.publish_definition(definition, wait=False, on_delivery=done)
+        client.publish_definition(definition, wait=False, on_delivery=done, traceparent=trace)
 
     return publish
 

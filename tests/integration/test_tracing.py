@@ -3,7 +3,8 @@ threads of this process, against the test broker and database), recorded with Op
 in-memory span exporter: a job created over REST with a ``traceparent`` yields the scheduler's
 ``fire`` span and the worker's ``claim``, ``run`` and ``report`` spans in that trace, the HTTP
 target receives a ``traceparent`` of it, and the result record carries it; a malformed header
-is ignored (the job is created and runs)."""
+is ignored (the job is created and runs). The SDK (argument or ambient span) and the batch
+route put the trace on the definition record."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from duetime.core import tracing
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
+from duetime.producers.sdk import JobClient
 from tests.helpers import wait_for
 from tests.integration.test_api_support import RunningApi, running_stack
 from tests.integration.test_worker_support import Delivery, Sink
@@ -141,3 +143,71 @@ def test_a_job_created_over_rest_is_one_trace_from_create_to_target(
     for other in others:
         theirs = _spans_of(exporter, other)
         assert theirs and all(f"{s.context.trace_id:032x}" != trace_id for s in theirs.values())
+
+
+def _definition_traces(settings: CommonSettings, job_ids: set[str]) -> dict[str, str | None]:
+    """job_id → the traceparent header of its definition record (read from the start)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"trace-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    topic = Topics(settings.topic_prefix).jobs
+    consumer.assign([TopicPartition(topic, p) for p in range(settings.partitions)])
+    found: dict[str, str | None] = {}
+
+    def read() -> bool:
+        for msg in consumer.consume(100, timeout=0.5):
+            key = (msg.key() or b"").decode()
+            if msg.error() is None and key in job_ids:
+                headers = msg.headers()
+                assert len([h for h in headers or [] if h[0] == tracing.HEADER]) <= 1
+                found[key] = tracing.from_headers(headers)
+        return set(found) == job_ids
+
+    try:
+        wait_for(read, 30, "the definition records")
+    finally:
+        consumer.close()
+    return found
+
+
+def test_the_sdk_and_the_batch_route_put_the_trace_on_definitions(
+    settings: CommonSettings, exporter: InMemorySpanExporter
+) -> None:
+    from opentelemetry import trace
+
+    given = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+    batch_trace = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00"
+    spec = {
+        "name": "t",
+        "schedule": {"cron": "0 0 1 1 *"},
+        "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+    }
+    with JobClient(settings=settings) as client:
+        explicit = client.create_job(spec, traceparent=given).job_id
+        forged = client.create_job(spec, traceparent="00-" + "g" * 32 + "-" + "1" * 16 + "-01")
+        caller = TracerProvider().get_tracer("caller").start_span("caller")
+        with trace.use_span(caller, end_on_exit=True):
+            ambient = client.create_job(spec).job_id
+        untraced = client.create_job(spec).job_id  # no argument, no current span
+    api = RunningApi(settings)
+    try:
+        with api.client() as http:
+            batch = http.post(
+                "/v1/jobs:batch", json={"jobs": [spec, spec]}, headers={"traceparent": batch_trace}
+            )
+            assert batch.status_code == 201, batch.text
+    finally:
+        api.stop()
+    batched = {item["job_id"] for item in batch.json()["items"]}
+    traces = _definition_traces(settings, {explicit, forged.job_id, ambient, untraced, *batched})
+    assert traces[explicit] == given
+    assert traces[forged.job_id] is None
+    assert traces[untraced] is None
+    caller_trace = f"{caller.get_span_context().trace_id:032x}"
+    assert tracing.trace_id(traces[ambient] or "-") == caller_trace
+    assert all(traces[job] == batch_trace for job in batched)
