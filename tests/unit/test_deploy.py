@@ -13,6 +13,7 @@ checked-in rendering is still checked.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -77,7 +78,9 @@ def _rendered() -> list[Manifest]:
     return _load(RENDERED.read_text(encoding="utf-8"))
 
 
+@functools.cache
 def _ci_rendered() -> list[Manifest]:
+    """The chart rendered with the CI values (once: each helm run takes about a second)."""
     done = _render(CI_VALUES)
     assert done.returncode == 0, done.stderr
     return _load(done.stdout)
