@@ -384,6 +384,9 @@ def check_dag_jobs_are_marked_and_linked(
     member_tag.click()
     expect(page.locator("[data-testid=dag-graph]")).to_have_attribute("data-run-id", run_id)
     page.goto(f"{stack.url}/ui/#/jobs/{dag_member_job_id(dag_id, 'load')}")
+    expect(page.locator("a.execution-run-link")).to_have_attribute(
+        "href", f"#/dags/{dag_id}?run={run_id}"
+    )
     page.locator("a.dag-run-link").click()
     expect(page.locator("[data-testid=dag-graph]")).to_have_attribute("data-run-id", run_id)
 

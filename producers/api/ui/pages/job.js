@@ -180,7 +180,10 @@ function drawExecutions(card, page, more) {
       fmtTime(e.scheduled_at))),
       h("td", {}, statusBadge(e.status)),
       h("td", {}, String(e.attempt)),
-      h("td", {}, e.trigger || "—"),
+      h("td", {}, e.trigger || "—", e.dag_id && e.dag_run_id ? [" · ", h("a", {
+        class: "execution-run-link", title: "the DAG run this execution belongs to",
+        href: `#/dags/${encodeURIComponent(e.dag_id)}?run=${encodeURIComponent(e.dag_run_id)}`,
+      }, `run ${e.dag_run_id.slice(0, 8)}`)] : null),
       h("td", {}, fmtMs(e.lateness_ms)),
       h("td", {}, fmtMs(durationMs(e.started_at, e.finished_at))),
       h("td", {}, e.worker_id || "—"),
