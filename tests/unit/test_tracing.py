@@ -4,6 +4,9 @@ standard OTEL_* variables."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -220,3 +223,24 @@ def test_a_fire_span_continues_the_jobs_trace(exporter: InMemorySpanExporter) ->
     # a job without a trace still gets a fire span (a trace of its own) when spans are on
     untraced_state, untraced = _fired(None)
     assert tracing.from_headers(tracing.request_headers(untraced_state, untraced)) is not None
+
+
+def test_a_role_configured_by_otel_variables_exports_its_spans() -> None:
+    """As a role's main does it, in a process of its own (the provider is process-wide):
+    OTEL_TRACES_EXPORTER=console prints every span when the role flushes at exit."""
+    parent = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    code = (
+        "from duetime.core import tracing\n"
+        "assert tracing.configure('worker')\n"
+        f"with tracing.span('run', {parent!r}, job_id='j'):\n"
+        "    pass\n"
+        "tracing.shutdown()\n"
+    )
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "w-test"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "duetime.run"' in done.stdout
+    assert "0x" + "1" * 32 in done.stdout  # the parent's trace
+    assert '"service.name": "w-test"' in done.stdout
