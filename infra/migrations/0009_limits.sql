@@ -57,16 +57,17 @@ DECLARE
     lock_key bigint;
     cpos int;
     rpos int;
-    -- per key, what this batch has seen: read once, then counted here (a batch holds many
-    -- executions of few keys); the buckets are written back once at the end
-    c_keys text[] := '{}';
-    c_live int[] := '{}';
-    r_keys text[] := '{}';
-    r_tokens double precision[] := '{}';
-    r_rates double precision[] := '{}';
-    r_bursts int[] := '{}';
+    blocked uuid[];
+    admitted int[] := '{}';
+    -- per key, read once for the batch (a batch holds many executions of few keys), then
+    -- counted here; the buckets are written back once at the end
+    c_keys text[];
+    c_live int[];
+    r_keys text[];
+    r_tokens double precision[];
+    r_rates double precision[];
+    r_bursts int[];
     r_at timestamptz;
-    avail double precision;
 BEGIN
     FOR lock_key IN
         SELECT DISTINCT h FROM (
@@ -78,89 +79,85 @@ BEGIN
         PERFORM pg_advisory_xact_lock(lock_key);
     END LOOP;
     r_at := clock_timestamp();  -- after the locks: a key's refills never go back in time
+    -- 1. leases not claimable as in the plain claim (held, done, or a newer attempt)
+    SELECT coalesce(array_agg(t.e), '{}') INTO blocked
+    FROM unnest(p_ids, p_attempts) AS t(e, a) JOIN leases AS l ON l.execution_id = t.e
+    WHERE NOT (l.attempt < t.a
+               OR (l.attempt = t.a AND l.state = 'held' AND l.expires_at < now()));
+    -- 2. the keys' slots: expired holders give theirs up (fenced out by a new token)
+    UPDATE leases AS l
+    SET fencing_token = nextval('lease_fencing_tokens'), concurrency_key = NULL,
+        updated_at = now()
+    WHERE l.concurrency_key = ANY(p_ckeys) AND l.state = 'held' AND l.expires_at < now();
+    SELECT coalesce(array_agg(d.k), '{}'), coalesce(array_agg(
+               (SELECT count(*)::int FROM leases AS l
+                WHERE l.concurrency_key = d.k AND l.state = 'held')), '{}')
+    INTO c_keys, c_live
+    FROM (SELECT DISTINCT k FROM unnest(p_ckeys) AS k WHERE k IS NOT NULL) AS d;
+    -- 3. the keys' buckets, refilled to r_at (no bucket: a full one)
+    SELECT coalesce(array_agg(d.k), '{}'),
+           coalesce(array_agg(least(d.burst::double precision,
+               coalesce(b.tokens + greatest(0, extract(epoch FROM r_at - b.refilled_at))
+                                   * d.rate, d.burst))), '{}'),
+           coalesce(array_agg(d.rate), '{}'), coalesce(array_agg(d.burst), '{}')
+    INTO r_keys, r_tokens, r_rates, r_bursts
+    FROM (SELECT DISTINCT ON (t.k) t.k, t.rate, t.burst
+          FROM unnest(p_rkeys, p_rates, p_bursts) AS t(k, rate, burst)
+          WHERE t.k IS NOT NULL ORDER BY t.k) AS d
+    LEFT JOIN rate_buckets AS b ON b.key = d.k;
+    -- 4. in the batch's order: a slot and a token, or the limit that refuses
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-        CONTINUE WHEN EXISTS (
-            SELECT 1 FROM leases AS l
-            WHERE l.execution_id = p_ids[i]
-              AND NOT (l.attempt < p_attempts[i]
-                       OR (l.attempt = p_attempts[i] AND l.state = 'held'
-                           AND l.expires_at < now())));
-        cpos := NULL;
-        rpos := NULL;
-        IF p_ckeys[i] IS NOT NULL THEN
-            cpos := array_position(c_keys, p_ckeys[i]);
-            IF cpos IS NULL THEN
-                UPDATE leases AS l
-                SET fencing_token = nextval('lease_fencing_tokens'), concurrency_key = NULL,
-                    updated_at = now()
-                WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held'
-                  AND l.expires_at < now();
-                c_keys := c_keys || p_ckeys[i];
-                c_live := c_live || (SELECT count(*)::int FROM leases AS l
-                                     WHERE l.concurrency_key = p_ckeys[i] AND l.state = 'held');
-                cpos := array_length(c_keys, 1);
+        CONTINUE WHEN p_ids[i] = ANY(blocked);  -- the caller inspects its row
+        cpos := array_position(c_keys, p_ckeys[i]);
+        rpos := array_position(r_keys, p_rkeys[i]);
+        IF cpos IS NOT NULL AND c_live[cpos] >= p_climits[i] THEN
+            execution_id := p_ids[i]::text; token := NULL; cancelled := false;
+            waiting := 'concurrency'; retry_in_s := NULL;
+            RETURN NEXT;
+        ELSIF rpos IS NOT NULL AND r_tokens[rpos] < 1 THEN
+            execution_id := p_ids[i]::text; token := NULL; cancelled := false;
+            waiting := 'rate'; retry_in_s := (1 - r_tokens[rpos]) / p_rates[i];
+            RETURN NEXT;
+        ELSE
+            admitted := admitted || i;
+            IF cpos IS NOT NULL THEN
+                c_live[cpos] := c_live[cpos] + 1;
             END IF;
-            IF c_live[cpos] >= p_climits[i] THEN
-                execution_id := p_ids[i]::text; token := NULL; cancelled := false;
-                waiting := 'concurrency'; retry_in_s := NULL;
-                RETURN NEXT;
-                CONTINUE;
+            IF rpos IS NOT NULL THEN
+                r_tokens[rpos] := r_tokens[rpos] - 1;
             END IF;
         END IF;
-        IF p_rkeys[i] IS NOT NULL THEN
-            rpos := array_position(r_keys, p_rkeys[i]);
-            IF rpos IS NULL THEN
-                SELECT least(p_bursts[i]::double precision,
-                             b.tokens + greatest(0, extract(epoch FROM r_at - b.refilled_at))
-                                        * p_rates[i])
-                INTO avail FROM rate_buckets AS b WHERE b.key = p_rkeys[i];
-                r_keys := r_keys || p_rkeys[i];
-                -- no bucket: a full one
-                r_tokens := r_tokens || coalesce(avail, p_bursts[i]::double precision);
-                r_rates := r_rates || p_rates[i];
-                r_bursts := r_bursts || p_bursts[i];
-                rpos := array_length(r_keys, 1);
-            END IF;
-            IF r_tokens[rpos] < 1 THEN
-                execution_id := p_ids[i]::text; token := NULL; cancelled := false;
-                waiting := 'rate'; retry_in_s := (1 - r_tokens[rpos]) / p_rates[i];
-                RETURN NEXT;
-                CONTINUE;
-            END IF;
-        END IF;
+    END LOOP;
+    -- 5. the admitted leases, inserted or taken over with their key in one statement, as the
+    -- plain claim does (its condition again: step 1 ran without the rows' locks; a row taken
+    -- meanwhile is not returned, the caller inspects it, and its slot and token count as
+    -- used until the batch ends: only ever fewer start, never more)
+    RETURN QUERY
+    WITH claimed AS (
         INSERT INTO leases AS l
             (execution_id, attempt, owner, fencing_token, expires_at, state, claimed_at,
              updated_at, job_id, dag_run_id, concurrency_key)
-        VALUES (p_ids[i], p_attempts[i], p_owner, nextval('lease_fencing_tokens'),
-                now() + make_interval(secs => p_ttl_s), 'held', now(), now(), p_jobs[i],
-                p_runs[i], p_ckeys[i])
+        SELECT p_ids[j], p_attempts[j], p_owner, nextval('lease_fencing_tokens'),
+               now() + make_interval(secs => p_ttl_s), 'held', now(), now(), p_jobs[j],
+               p_runs[j], p_ckeys[j]
+        FROM unnest(admitted) AS j ORDER BY p_ids[j]
         ON CONFLICT ON CONSTRAINT leases_pkey DO UPDATE
         SET attempt = excluded.attempt, owner = excluded.owner,
             fencing_token = excluded.fencing_token, expires_at = excluded.expires_at,
             state = 'held', outcome = NULL, result = NULL, claimed_at = now(),
             updated_at = now(), job_id = excluded.job_id, dag_run_id = excluded.dag_run_id,
             concurrency_key = excluded.concurrency_key
-        -- the plain claim's condition again: step 1 ran without the row's lock
         WHERE l.attempt < excluded.attempt
            OR (l.attempt = excluded.attempt AND l.state = 'held' AND l.expires_at < now())
-        RETURNING l.fencing_token, l.cancel_requested_at IS NOT NULL INTO token, cancelled;
-        CONTINUE WHEN NOT FOUND;  -- taken meanwhile: the caller inspects the row
-        IF cpos IS NOT NULL THEN
-            c_live[cpos] := c_live[cpos] + 1;
-        END IF;
-        IF rpos IS NOT NULL THEN
-            r_tokens[rpos] := r_tokens[rpos] - 1;  -- spent only on a claim made
-        END IF;
-        execution_id := p_ids[i]::text; waiting := NULL; retry_in_s := NULL;
-        RETURN NEXT;
-    END LOOP;
-    FOR rpos IN 1 .. coalesce(array_length(r_keys, 1), 0) LOOP
-        INSERT INTO rate_buckets AS b (key, tokens, refilled_at, full_at)
-        VALUES (r_keys[rpos], r_tokens[rpos], r_at,
-                r_at + make_interval(secs => (r_bursts[rpos] - r_tokens[rpos]) / r_rates[rpos]))
-        ON CONFLICT (key) DO UPDATE
-        SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
-            full_at = excluded.full_at;
-    END LOOP;
+        RETURNING l.execution_id::text AS e, l.fencing_token AS tok,
+                  l.cancel_requested_at IS NOT NULL AS canc
+    )
+    SELECT c.e, c.tok, c.canc, NULL::text, NULL::double precision FROM claimed AS c;
+    -- 6. the buckets as this batch left them
+    INSERT INTO rate_buckets AS b (key, tokens, refilled_at, full_at)
+    SELECT t.k, t.tokens, r_at, r_at + make_interval(secs => (t.burst - t.tokens) / t.rate)
+    FROM unnest(r_keys, r_tokens, r_rates, r_bursts) AS t(k, tokens, rate, burst)
+    ON CONFLICT (key) DO UPDATE
+    SET tokens = excluded.tokens, refilled_at = excluded.refilled_at, full_at = excluded.full_at;
 END;
 $$;
