@@ -215,6 +215,24 @@ def _plain(g: Group | None, role: str, at: datetime) -> dict[str, Any] | None:
     return {**_group_out(g, role), "members": members}
 
 
+def to_describe(listed: Iterable[tuple[str, bool, str]], prefix: str) -> tuple[list[str], bool]:
+    """Which listed groups (id, simple, state) to describe, at most MAX_GROUPS, and whether
+    some were left out. This prefix's role groups always (an empty one is news: no scheduler,
+    no worker); other groups only with members (an empty group has nobody alive to show, and a
+    shared Kafka keeps many), duetime's own first."""
+    roles = RoleGroups.of(prefix)
+    ours = {roles.schedulers, roles.workers, roles.resolver, roles.projector}
+    ids = sorted(
+        {
+            gid
+            for gid, simple, state in listed
+            if not simple and (gid in ours or state not in ("empty", "dead"))
+        },
+        key=lambda gid: (gid not in ours, not gid.startswith(prefix), gid),
+    )
+    return ids[:MAX_GROUPS], len(ids) > MAX_GROUPS
+
+
 # --- Kafka --------------------------------------------------------------------------------
 
 
@@ -246,15 +264,16 @@ def _describe(admin: Any, prefix: str) -> Snapshot:
     partitions = len(meta.partitions) if meta is not None and meta.error is None else 0
     listed = admin.list_consumer_groups().result(timeout=KAFKA_CALL_S)
     warnings = [redact_text(f"listing groups: {e}")[:200] for e in (listed.errors or [])]
-    roles = RoleGroups.of(prefix)
-    first = {roles.schedulers, roles.workers, roles.resolver, roles.projector}
-    ids = sorted(
-        {g.group_id for g in listed.valid or [] if not g.is_simple_consumer_group},
-        key=lambda gid: (gid not in first, not gid.startswith(prefix), gid),
+    ids, truncated = to_describe(
+        (
+            (g.group_id, bool(g.is_simple_consumer_group), _name(g.state))
+            for g in listed.valid or []
+        ),
+        prefix,
     )
     groups: dict[str, Group] = {}
     if ids:
-        futures = admin.describe_consumer_groups(ids[:MAX_GROUPS])
+        futures = admin.describe_consumer_groups(ids)
         # one wait for them all: a slow coordinator costs KAFKA_CALL_S once, not per group
         concurrent.futures.wait(list(futures.values()), timeout=KAFKA_CALL_S)
         for gid, future in futures.items():
@@ -272,7 +291,7 @@ def _describe(admin: Any, prefix: str) -> Snapshot:
                 protocol=_name(getattr(d, "type", "classic")),
                 members=tuple(_member(m) for m in d.members),
             )
-    return Snapshot(groups, partitions, len(ids) > MAX_GROUPS, tuple(warnings))
+    return Snapshot(groups, partitions, truncated, tuple(warnings))
 
 
 async def _leases(res: Any, worker_ids: Sequence[str]) -> dict[str, tuple[int, datetime | None]]:
@@ -353,7 +372,9 @@ class ClusterOut(BaseModel):
     workers: list[WorkerGroupOut]
     resolver: RoleGroupOut | None
     projector: RoleGroupOut | None
-    truncated: bool = Field(description=f"more than {MAX_GROUPS} groups: some not described")
+    truncated: bool = Field(
+        description=f"more than {MAX_GROUPS} groups with members: some not described"
+    )
     warnings: list[str]
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from duetime.core.models import PRIORITY_ORDER
 from duetime.core.topics import QUEUE_PATTERN, Topics
-from duetime.producers.api.cluster import Group, Member, Snapshot, build
+from duetime.producers.api.cluster import MAX_GROUPS, Group, Member, Snapshot, build, to_describe
 
 PRIORITIES = [p.value for p in PRIORITY_ORDER]
 AT = datetime(2026, 12, 2, tzinfo=UTC)
@@ -138,3 +138,28 @@ def test_a_workers_queues_are_what_it_is_assigned(
     names = [r["queue"] for r in rows]
     assert out["queues"] == sorted(set(names), key=lambda q: (q != "default", q))
     assert names == sorted(names, key=lambda q: (q != "default", q))  # default first, by name
+
+
+def test_empty_groups_of_others_are_not_described_and_ours_come_first() -> None:
+    p = "duetime."
+    listed = [
+        ("zzz-busy", False, "stable"),
+        ("old-empty", False, "empty"),
+        ("gone", False, "dead"),
+        ("simple", True, "empty"),
+        (f"{p}workers", False, "empty"),  # no worker alive: worth showing
+        (f"{p}schedulers", False, "stable"),
+        (f"{p}gpu", False, "stable"),
+    ]
+    ids, truncated = to_describe(listed, p)
+    assert ids == [f"{p}schedulers", f"{p}workers", f"{p}gpu", "zzz-busy"] and not truncated
+
+
+@given(st.integers(min_value=0, max_value=3 * MAX_GROUPS))
+def test_at_most_max_groups_are_described_and_truncation_is_said(n: int) -> None:
+    listed = [(f"g{i:04d}", False, "stable") for i in range(n)] + [
+        ("duetime.schedulers", False, "empty")
+    ]
+    ids, truncated = to_describe(listed, "duetime.")
+    assert ids[0] == "duetime.schedulers" and len(ids) == min(n + 1, MAX_GROUPS)
+    assert truncated == (n + 1 > MAX_GROUPS)
