@@ -96,7 +96,10 @@ def test_a_job_created_over_rest_is_one_trace_from_create_to_target(
         api = RunningApi(settings)
         try:
             with api.client() as http:
-                traced = http.post("/v1/jobs", json=_job(sink), headers={"traceparent": caller})
+                # the job's own traceparent header gives way to the job's trace
+                own = {"TraceParent": f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"}
+                job = {**_job(sink), "target": {"type": "http", "url": sink.url, "headers": own}}
+                traced = http.post("/v1/jobs", json=job, headers={"traceparent": caller})
                 assert traced.status_code == 201, traced.text
                 # hostile: malformed, and oversized; ignored, the job is created and runs
                 bad = http.post("/v1/jobs", json=_job(sink), headers={"traceparent": "00-zz"})
@@ -133,6 +136,7 @@ def test_a_job_created_over_rest_is_one_trace_from_create_to_target(
         parent = spans[step].parent
         assert parent is not None and parent.span_id == fire.context.span_id, step
     # the target was called inside the run span, and says so
+    assert [n for n in delivery.headers if n.lower() == "traceparent"] == ["traceparent"]
     received = tracing.parse(delivery.headers.get("traceparent"))
     assert received is not None
     assert received.split("-")[1:3] == [trace_id, f"{spans['duetime.run'].context.span_id:016x}"]
