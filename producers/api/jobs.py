@@ -26,7 +26,7 @@ from .errors import PreconditionFailed
 from .pagination import decode_cursor, page_of
 from .rows import JobRow
 from .schemas import (
-    JOB_SCHEMA,
+    CREATE_JOB_SCHEMA,
     JOB_UPDATE_SCHEMA,
     CommandOut,
     ExecutionDetailOut,
@@ -55,10 +55,14 @@ Cursor = Query(None, max_length=200, description="next_cursor of the previous pa
     status_code=201,
     response_model=JobCreatedOut,
     responses={
-        200: {"model": JobCreatedOut, "description": "the job_id exists with this same job"},
+        200: {
+            "model": JobCreatedOut,
+            "description": "the job_id exists with this same job, or a unique key's window "
+            "holds a job (deduplicated: true, header Duetime-Deduplicated)",
+        },
         **errors(400, 401, 409, 413, 422, 503),
     },
-    openapi_extra=request_body(JOB_SCHEMA),
+    openapi_extra=request_body(CREATE_JOB_SCHEMA),
     summary="create a job",
 )
 async def create_job(request: Request, response: Response, res: Res) -> dict[str, Any]:

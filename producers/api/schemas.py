@@ -563,6 +563,32 @@ JOB_SCHEMA: dict[str, Any] = {
     "properties": _JOB_PROPERTIES,
     "additionalProperties": False,
 }
+_KEY_WINDOW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["key", "window_s"],
+    "properties": {
+        "key": _LIMIT_KEY_SCHEMA,
+        "window_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DELAY_LIMIT_S},
+    },
+    "additionalProperties": False,
+}
+CREATE_JOB_SCHEMA: dict[str, Any] = {
+    **JOB_SCHEMA,
+    "properties": {
+        **_JOB_PROPERTIES,
+        "unique": {
+            **_KEY_WINDOW_SCHEMA,
+            "description": "a create with this key inside the window returns the first job "
+            "(200, deduplicated: true) and creates nothing",
+        },
+        "debounce": {
+            **_KEY_WINDOW_SCHEMA,
+            "description": "one-time jobs: the last create inside the window wins; it runs at "
+            "the window's end and the job it replaces is cancelled (replaced_job_id)",
+        },
+    },
+}
+"""``POST /v1/jobs``'s body: a job, plus unique or debounce (applied only when creating)."""
 JOB_UPDATE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "title": "JobUpdate",

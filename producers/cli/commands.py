@@ -108,6 +108,7 @@ def add_jobs_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--body", help="the job as JSON, @file or - for stdin (flags override)")
     job_flags(create)
     create.add_argument("--job-id", help="client-chosen UUID (idempotent create)")
+    create_only_flags(create)
     update.add_arguments(sub)
     schedules.add_backfill_arguments(sub)
 
@@ -176,6 +177,62 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
 
 
+def create_only_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``jobs create`` alone: unique / debounce (applied when a job is created) and
+    the retry policy's error classes (issue 18)."""
+    keyed = parser.add_argument_group("unique jobs and debounce (the key may use {payload.field})")
+    once = keyed.add_mutually_exclusive_group()
+    once.add_argument(
+        "--unique-key",
+        metavar="TEMPLATE",
+        help="a create inside the window returns the first job of the key and creates nothing",
+    )
+    once.add_argument(
+        "--debounce-key",
+        metavar="TEMPLATE",
+        help="the last create inside the window wins: it runs at the window's end",
+    )
+    keyed.add_argument("--window-s", type=float, metavar="SECONDS", help="the key's window")
+    retry = parser.add_argument_group("retry by error class")
+    retry.add_argument(
+        "--non-retryable-status",
+        type=int,
+        action="append",
+        metavar="STATUS",
+        help="an HTTP status that goes to the DLQ at once (repeatable)",
+    )
+    retry.add_argument(
+        "--non-retryable-error",
+        action="append",
+        metavar="TYPE",
+        help="an exception type (ValueError, pkg.mod:Cls) not retried (repeatable)",
+    )
+    retry.add_argument(
+        "--ignore-retry-after",
+        action="store_true",
+        help="the backoff applies even when an HTTP target answers Retry-After",
+    )
+
+
+def _create_only(args: argparse.Namespace, retry: dict[str, Any] | None) -> dict[str, Any]:
+    """unique / debounce and the retry fields from :func:`create_only_flags` (getattr: a
+    caller's own namespace may predate them)."""
+    out: dict[str, Any] = {}
+    for directive in ("unique", "debounce"):
+        key = getattr(args, f"{directive}_key", None)
+        if key is not None:
+            out[directive] = {"key": key, "window_s": getattr(args, "window_s", None)}
+    extra = {
+        "non_retryable_http_statuses": getattr(args, "non_retryable_status", None),
+        "non_retryable_errors": getattr(args, "non_retryable_error", None),
+        "respect_retry_after": False if getattr(args, "ignore_retry_after", False) else None,
+    }
+    given = {k: v for k, v in extra.items() if v is not None}
+    if given:
+        out["retry"] = {**(retry or {}), **given}
+    return out
+
+
 def _create_body(args: argparse.Namespace) -> dict[str, Any]:
     """The job body: ``--body`` first, each flag given overriding its field."""
     body = _base_body(args.body)
@@ -194,7 +251,8 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
         **_limit_flags(args),
         "job_id": args.job_id,
     }
-    return {**body, **payload, **{k: v for k, v in flags.items() if v is not None}}
+    created = {**body, **payload, **{k: v for k, v in flags.items() if v is not None}}
+    return {**created, **_create_only(args, created.get("retry"))}
 
 
 def _limit_flags(args: argparse.Namespace) -> dict[str, Any]:
