@@ -100,7 +100,7 @@ def take_directive(body: dict[str, Any], now: datetime) -> tuple[dict[str, Any],
         raise ValidationError(f"{kind}.key resolves to an empty key", field=f"{kind}.key")
     directive = Directive(kind=kind, key=key, window_s=window_s)
     if kind == "debounce":
-        rest["schedule"] = _debounced_schedule(rest.get("schedule"), now, window_s)
+        rest.update(schedule=_debounced_schedule(rest.get("schedule"), now, window_s))
         if rest.get("depends_on"):
             raise ValidationError("debounce is not supported for DAG members", field="debounce")
     return rest, directive
