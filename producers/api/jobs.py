@@ -149,7 +149,8 @@ async def update_job(
             res.client.build_update, body, changes, revision=revision, created_at=created
         )
 
-    return await _revise(job_id, res, build)
+    # the change's trace: later executions of the job belong to it (none: to no trace)
+    return await _revise(job_id, res, build, tracing.from_mapping(request.headers))
 
 
 @router.delete(
@@ -185,7 +186,9 @@ Build = Callable[
 """Builds a job's next revision from (its current body, revision, created_at, status)."""
 
 
-async def _revise(job_id: str, res: Resources, build: Build) -> dict[str, Any]:
+async def _revise(
+    job_id: str, res: Resources, build: Build, trace: str | None = None
+) -> dict[str, Any]:
     """Lock the job's row, ``build(body, revision, created_at, status)`` its next revision
     (awaited when it is a coroutine; None: nothing to publish), publish it, write it into the
     row and answer the job as GET shows it. The lock serialises changes of one job across
@@ -200,7 +203,9 @@ async def _revise(job_id: str, res: Resources, build: Build) -> dict[str, Any]:
         if definition is not None:
             published: JobDefinition = definition
             await res.writer.publish(
-                lambda done: res.client.publish_definition(published, wait=False, on_delivery=done)
+                lambda done: res.client.publish_definition(
+                    published, wait=False, on_delivery=done, traceparent=trace
+                )
             )
             await conn.execute(updates.WRITE_SQL, updates.row_values(definition))
         shown = await store.get_job(conn, job_id)

@@ -4,7 +4,7 @@ in-memory span exporter: a job created over REST with a ``traceparent`` yields t
 ``fire`` span and the worker's ``claim``, ``run`` and ``report`` spans in that trace, the HTTP
 target receives a ``traceparent`` of it, and the result record carries it; a malformed header
 is ignored (the job is created and runs). The SDK (argument or ambient span) and the batch
-route put the trace on the definition record."""
+route put the trace on the definition record, and so does a change (PATCH)."""
 
 from __future__ import annotations
 
@@ -150,32 +150,43 @@ def test_a_job_created_over_rest_is_one_trace_from_create_to_target(
 
 
 def _definition_traces(settings: CommonSettings, job_ids: set[str]) -> dict[str, str | None]:
-    """job_id → the traceparent header of its definition record (read from the start)."""
+    """job_id → the traceparent header of its latest definition record: the jobs topic read
+    from the start up to the end offsets it had when called."""
     consumer = Consumer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
             "group.id": f"trace-{uuid.uuid4()}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
     topic = Topics(settings.topic_prefix).jobs
-    consumer.assign([TopicPartition(topic, p) for p in range(settings.partitions)])
+    parts = [TopicPartition(topic, p) for p in range(settings.partitions)]
+    ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+    consumer.assign(parts)
     found: dict[str, str | None] = {}
+    done: set[int] = {p for p, end in ends.items() if end == 0}
 
     def read() -> bool:
         for msg in consumer.consume(100, timeout=0.5):
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if msg.error() is not None:
+                continue  # the end-of-partition events
+            if offset + 1 >= ends[partition]:
+                done.add(partition)
             key = (msg.key() or b"").decode()
-            if msg.error() is None and key in job_ids:
+            if key in job_ids:
                 headers = msg.headers()
                 assert len([h for h in headers or [] if h[0] == tracing.HEADER]) <= 1
                 found[key] = tracing.from_headers(headers)
-        return set(found) == job_ids
+        return len(done) == len(ends)
 
     try:
-        wait_for(read, 30, "the definition records")
+        wait_for(read, 30, "the jobs topic up to its end offsets")
     finally:
         consumer.close()
+    assert set(found) == job_ids
     return found
 
 
@@ -205,13 +216,19 @@ def test_the_sdk_and_the_batch_route_put_the_trace_on_definitions(
                 "/v1/jobs:batch", json={"jobs": [spec, spec]}, headers={"traceparent": batch_trace}
             )
             assert batch.status_code == 201, batch.text
+            changed, kept = (item["job_id"] for item in batch.json()["items"])
+            patch = http.patch(
+                f"/v1/jobs/{changed}", json={"payload": {"v": 2}}, headers={"traceparent": given}
+            )
+            assert patch.status_code == 200, patch.text
     finally:
         api.stop()
-    batched = {item["job_id"] for item in batch.json()["items"]}
+    batched = {changed, kept}
     traces = _definition_traces(settings, {explicit, forged.job_id, ambient, untraced, *batched})
     assert traces[explicit] == given
     assert traces[forged.job_id] is None
     assert traces[untraced] is None
     caller_trace = f"{caller.get_span_context().trace_id:032x}"
     assert tracing.trace_id(traces[ambient] or "-") == caller_trace
-    assert all(traces[job] == batch_trace for job in batched)
+    assert traces[kept] == batch_trace
+    assert traces[changed] == given  # its latest definition: the change's trace
