@@ -282,6 +282,9 @@ class PartitionOwner:
     def _state(self, job_id: str) -> SchedulerState | None:
         if job_id in self.pending.dirty:
             return self.pending.dirty[job_id]
+        kept = self.store.take_decoded(job_id)  # the state as last written, still decoded
+        if kept is not None:
+            return kept
         raw = self.store.get(job_id)
         if raw is None:
             return None
@@ -645,7 +648,7 @@ class PartitionOwner:
             yield _Message(
                 self.topics.state, job_id, value, self.partition, [(WAKE_HEADER, header)]
             )
-            self.store.put(job_id, wake, value)
+            self.store.put(job_id, wake, value, state)
         for key, (job_id, held) in p.held.items():
             yield _Message(self.topics.state, key, held, self.partition)
             self.store.hold(key, job_id, held)

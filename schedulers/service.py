@@ -39,7 +39,8 @@ class Scheduler:
         self.common = settings.common
         self.clock = clock or SYSTEM_CLOCK
         self.topics = Topics(self.common.topic_prefix)
-        self.codec = Codec(registry_url=self.common.schema_registry_url)
+        # keep_definitions: a state's definition is written as the bytes it was read as
+        self.codec = Codec(registry_url=self.common.schema_registry_url, keep_definitions=True)
         self.owners: dict[int, PartitionOwner] = {}
         # revoked in a rebalance but maybe assigned back: (owner, state HWM at revocation)
         self._suspended: dict[int, tuple[PartitionOwner, int]] = {}

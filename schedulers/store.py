@@ -8,6 +8,12 @@ of far-future jobs.
 
 Writes of one scheduling cycle happen inside one SQLite transaction that is committed only
 after the Kafka transaction commits, and rolled back when it aborts.
+
+The states written last are also kept decoded (``decoded_limit`` of them, only for jobs in the
+near-term window), so that firing a job and applying its results skip the SQLite read and the
+Avro decoding. A kept object is handed out once (``take_decoded``) and comes back with the next
+write of that job: the caller may change it in place without touching what is kept, and
+dropping it only costs a decoding. A rollback forgets them all.
 """
 
 from __future__ import annotations
@@ -17,12 +23,20 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from duetime.core.records import SchedulerState
+
 HELD_PREFIX = "held/"
 """Changelog keys ``held/<job_id>/<issued_at_ms>/<command_id>`` hold early control commands."""
 
 
+DECODED_LIMIT = 4096
+"""Decoded states kept per partition: ~1.5 KB each, so ≤ ~6 MB per owned partition."""
+
+
 class StateStore:
-    def __init__(self, path: Path | None, window_ms: int) -> None:
+    def __init__(
+        self, path: Path | None, window_ms: int, decoded_limit: int = DECODED_LIMIT
+    ) -> None:
         self.path = path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +66,9 @@ class StateStore:
         self._in_txn = False
         self._held_jobs: set[str] = set()
         """Jobs with held commands: a new job queries the held table only if it is here."""
+        self._decoded: dict[str, SchedulerState] = {}
+        """Job id → its state as last written, decoded (near-term jobs only; oldest first)."""
+        self._decoded_limit = decoded_limit
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -72,6 +89,7 @@ class StateStore:
             self._in_txn = False
         self._heap.clear()
         self._near.clear()
+        self._decoded.clear()
         until, self._loaded_until_ms = self._loaded_until_ms, -1
         self._load(-(2**62), until)
         self._held_jobs = {str(j) for (j,) in self._db.execute("SELECT DISTINCT job_id FROM held")}
@@ -82,13 +100,30 @@ class StateStore:
         row = self._db.execute("SELECT value FROM state WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def put(self, job_id: str, wake_at_ms: int | None, value: bytes) -> None:
+    def take_decoded(self, job_id: str) -> SchedulerState | None:
+        """The job's state as last written here, if it is kept; it is kept no longer."""
+        return self._decoded.pop(job_id, None)
+
+    def put(
+        self,
+        job_id: str,
+        wake_at_ms: int | None,
+        value: bytes,
+        decoded: SchedulerState | None = None,
+    ) -> None:
+        """Write a job's state; ``decoded``: the same state as an object, kept while the job
+        wakes within the loaded window (its next fire or result will want it)."""
         self.begin()
         self._db.execute(
             "INSERT OR REPLACE INTO state (job_id, wake_at_ms, value) VALUES (?, ?, ?)",
             (job_id, wake_at_ms, value),
         )
         self._index(job_id, wake_at_ms)
+        self._decoded.pop(job_id, None)  # re-inserted last: the dict's order is its age
+        if decoded is not None and job_id in self._near and self._decoded_limit > 0:
+            if len(self._decoded) >= self._decoded_limit:
+                del self._decoded[next(iter(self._decoded))]
+            self._decoded[job_id] = decoded
 
     def has_held(self, job_id: str) -> bool:
         return job_id in self._held_jobs
@@ -122,6 +157,7 @@ class StateStore:
     def bulk_load(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
         """Restore: (job_id, wake, value) in changelog order; a None value deletes."""
         n = 0
+        self._decoded.clear()  # the changelog's values replace whatever was kept
         self.begin()
         puts: list[tuple[str, int | None, bytes]] = []
         for job_id, wake, value in rows:

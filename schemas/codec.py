@@ -7,6 +7,12 @@ Guarantees:
 
 - Every schema is read and parsed once, when a :class:`Codec` is built; importing this module
   reads nothing. The hot path is one ``schemaless_writer`` / ``schemaless_reader`` call.
+- A scheduler state embeds its job's definition, which changes far more rarely than the state
+  (every fire and every result rewrites the state): the encoded bytes of a definition, as read
+  from the jobs topic or as last written, are kept (``PART_CACHE`` of them, by object: a
+  definition record is frozen) and spliced into the state's bytes instead of encoding it
+  again. Avro writes a record as its fields one after another, so the bytes are identical to
+  a whole encoding (a test compares them).
 - Each value says which schema wrote it. Without a registry the frame is
   ``0xD7 | version (2 bytes, big-endian) | Avro binary``; the version is the event's version
   in ``schemas/history/<Name>.v<N>.avsc`` (self-contained schemas, never edited once
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +48,7 @@ import httpx
 from fastavro.validation import validate
 
 from duetime.core.errors import DecodeError, ValidationError
-from duetime.core.records import AvroRecord
+from duetime.core.records import AvroRecord, JobDefinition, SchedulerState
 from duetime.schemas.cli import main
 from duetime.schemas.compatibility import compatibility_errors, history_errors
 from duetime.schemas.files import (
@@ -86,6 +93,52 @@ CONFLUENT_MAGIC = 0x00
 """First byte of a value in the Confluent wire format (then a 4-byte schema id)."""
 
 
+PART_CACHE = 8192
+"""Encoded definitions kept for splicing into scheduler states (a miss costs one encoding)."""
+
+
+@dataclass(frozen=True)
+class _Splice:
+    """A record written as three parts: the fields before one nested record (``head``), that
+    record's own bytes (``part``, kept per object) and the fields after it (``tail``)."""
+
+    head: dict[str, Any]
+    part: dict[str, Any]
+    tail: dict[str, Any]
+    head_fields: tuple[str, ...]
+    field: str
+    tail_fields: tuple[str, ...]
+
+
+def _splice(bundle: Mapping[str, Any], field_name: str, part_bundle: Any) -> _Splice | None:
+    """The three parsed schemas of ``bundle`` split at ``field_name``, or None when that field
+    is not the nested record ``part_bundle`` defined inline (then states encode whole)."""
+    fields: list[Mapping[str, Any]] = list(bundle.get("fields", []))
+    names = [f.get("name") for f in fields]
+    wanted = {"name": field_name, "type": part_bundle}
+    i = next((n for n, f in enumerate(fields) if wanted.items() <= f.items()), None)
+    if i is None:
+        return None
+    named: dict[str, Any] = {}
+
+    def record(name: str, part: list[Any]) -> dict[str, Any]:
+        # each part is parsed in order with the same named types, so that a type defined
+        # inline in an earlier part is a known reference in a later one
+        parsed = fastavro.parse_schema(
+            {"type": "record", "name": name, "fields": part}, named_schemas=named
+        )
+        assert isinstance(parsed, dict)
+        return parsed
+
+    head = record("duetime._SpliceHead", fields[:i])
+    part = fastavro.parse_schema(dict(part_bundle), named_schemas=named)
+    assert isinstance(part, dict)
+    tail = record("duetime._SpliceTail", fields[i + 1 :])
+    return _Splice(
+        head, part, tail, tuple(map(str, names[:i])), field_name, tuple(map(str, names[i + 1 :]))
+    )
+
+
 @dataclass
 class _Event:
     """Everything the codec needs about one event type, parsed once."""
@@ -111,7 +164,8 @@ class Codec:
     ``schema_dir`` defaults to the installed ``duetime/schemas`` folder. With
     ``registry_url`` values are written in the Confluent wire format and their schemas
     registered under the subject ``<topic>-value``; values in the registry-less frame still
-    decode, so a deployment can switch without draining topics.
+    decode, so a deployment can switch without draining topics. ``keep_definitions`` (the
+    scheduler): splice kept definitions' bytes into the states it writes (module docstring).
     """
 
     def __init__(
@@ -121,6 +175,7 @@ class Codec:
         registry_url: str | None = None,
         http_client: httpx.Client | None = None,
         registry_timeout_s: float = 5.0,
+        keep_definitions: bool = False,
     ) -> None:
         directory = Path(schema_dir) if schema_dir is not None else SCHEMA_DIR
         named_types = load_named_types(directory)
@@ -133,6 +188,16 @@ class Codec:
             self._registry = RegistryClient(registry_url, http_client, registry_timeout_s)
         # parsed writer schemas by (registry schema id, event name): parsed once per process
         self._registry_writers: dict[tuple[int, str], dict[str, Any]] = {}
+        # only the scheduler writes states: other roles keep no definitions' bytes
+        self._state_splice = (
+            _splice(self._event("state").bundle, "definition", self._event("job").bundle)
+            if keep_definitions
+            else None
+        )
+        # id(definition) -> (the definition, its Avro bytes); holding the object keeps its id
+        # from being reused while the entry lives
+        self._parts: dict[int, tuple[object, bytes]] = {}
+        self._parts_lock = threading.Lock()  # roles dump from several threads
 
     @staticmethod
     def _load_event(
@@ -194,18 +259,21 @@ class Codec:
         fields are refused. ``topic`` (the full topic name) is required with a registry."""
         event = self._event(event_type)
         buffer = io.BytesIO()
-        if self._registry is None:
-            buffer.write(event.header)
-        else:
-            if topic is None:
-                raise ValueError("encode() needs topic= when a schema registry is used")
-            schema_id = self._registry.register(f"{topic}-value", event.name, event.bundle)
-            buffer.write(bytes([CONFLUENT_MAGIC]) + schema_id.to_bytes(4))
+        buffer.write(self._header(event, topic))
         try:
             fastavro.schemaless_writer(buffer, event.reader, record, strict_allow_default=True)
         except Exception as exc:  # fastavro raises ValueError, TypeError, KeyError, ...
             raise _invalid_record(event, record, exc) from exc
         return buffer.getvalue()
+
+    def _header(self, event: _Event, topic: str | None) -> bytes:
+        """The frame before the Avro body: our own, or the registry's schema id."""
+        if self._registry is None:
+            return event.header
+        if topic is None:
+            raise ValueError("encode() needs topic= when a schema registry is used")
+        schema_id = self._registry.register(f"{topic}-value", event.name, event.bundle)
+        return bytes([CONFLUENT_MAGIC]) + schema_id.to_bytes(4)
 
     # -- decode
 
@@ -307,7 +375,7 @@ class Codec:
             raise ValueError(f"{cls.__name__} is not a topic value")
         plain = self.decode(event_type, data, topic=topic, partition=partition, offset=offset)
         try:
-            return cls.from_avro(plain)
+            record = cls.from_avro(plain)
         except (TypeError, ValueError) as exc:
             raise DecodeError(
                 f"undecodable {event_type} value: {type(exc).__name__}: {exc}",
@@ -315,13 +383,64 @@ class Codec:
                 partition=partition,
                 offset=offset,
             ) from exc
+        if cls is JobDefinition and self._state_splice is not None:
+            self._remember_definition(record, data)
+        return record
+
+    def _remember_definition(self, definition: object, data: bytes) -> None:
+        """Keep a definition's Avro body (``data`` past its frame) when the current schema
+        wrote it: those are the bytes a state embeds."""
+        event = self._event("job")
+        if data[0] == MAGIC and data[1:3] == event.header[1:3]:
+            self._keep_part(definition, data[3:])
+        # a registry frame: the schema id says nothing cheap about the version; not kept
 
     def dump(self, record: AvroRecord, *, topic: str | None = None) -> bytes:
         """The framed Avro bytes of a typed record (see :meth:`encode`)."""
         event_type = record.EVENT_TYPE
         if event_type is None:
             raise ValueError(f"{type(record).__name__} is not a topic value")
+        if type(record) is SchedulerState and self._state_splice is not None:
+            spliced = self._dump_spliced(record, self._state_splice, topic)
+            if spliced is not None:
+                return spliced
         return self.encode(event_type, record.to_avro(), topic=topic)
+
+    def _dump_spliced(
+        self, record: SchedulerState, splice: _Splice, topic: str | None
+    ) -> bytes | None:
+        """The state's bytes with its definition's kept bytes spliced in; None when a part
+        does not encode (the caller's whole encoding then raises the error naming it)."""
+        plain = record.to_avro()
+        definition = record.definition
+        try:
+            with self._parts_lock:
+                kept = self._parts.get(id(definition))
+            if kept is not None and kept[0] is definition:
+                part = kept[1]
+            else:
+                buffer = io.BytesIO()
+                fastavro.schemaless_writer(buffer, splice.part, plain[splice.field])
+                part = buffer.getvalue()
+                self._keep_part(definition, part)
+            buffer = io.BytesIO()
+            buffer.write(self._header(self._event("state"), topic))
+            fastavro.schemaless_writer(
+                buffer, splice.head, {f: plain[f] for f in splice.head_fields}
+            )
+            buffer.write(part)
+            fastavro.schemaless_writer(
+                buffer, splice.tail, {f: plain[f] for f in splice.tail_fields}
+            )
+        except Exception:  # fastavro raises ValueError, TypeError, KeyError, ...
+            return None
+        return buffer.getvalue()
+
+    def _keep_part(self, definition: object, part: bytes) -> None:
+        with self._parts_lock:
+            if len(self._parts) >= PART_CACHE:
+                del self._parts[next(iter(self._parts))]  # the oldest entry
+            self._parts[id(definition)] = (definition, part)
 
 
 def _invalid_record(event: _Event, record: object, exc: Exception) -> ValidationError:

@@ -1,0 +1,82 @@
+"""A scheduler state's bytes with its definition's kept bytes spliced in (schemas/codec.py):
+identical to encoding the whole record, whichever way the definition's bytes were kept."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from duetime.core.errors import ValidationError
+from duetime.core.models import Status
+from duetime.core.records import JobDefinition, SchedulerState
+from duetime.schemas import codec as codec_module
+from duetime.schemas.codec import Codec
+
+from .test_schemas import PROPERTY, job_record
+from .test_schemas import records as avro_records
+
+
+@pytest.fixture(scope="module")
+def codec() -> Codec:
+    return Codec(keep_definitions=True)
+
+
+def _state(codec: Codec, data: st.DataObject) -> SchedulerState:
+    plain = data.draw(avro_records(codec.schema("state")), label="state")
+    return codec.load(SchedulerState, codec.encode("state", plain))
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_spliced_state_is_byte_for_byte_the_whole_encoding(
+    codec: Codec, data: st.DataObject
+) -> None:
+    assert codec._state_splice is not None  # the schemas allow the splice: it is taken
+    state = _state(codec, data)
+    whole = codec.encode("state", state.to_avro())
+    assert codec.dump(state) == whole  # the definition encoded and kept
+    assert codec.dump(state) == whole  # the kept bytes spliced in
+    assert codec.load(SchedulerState, whole) == state
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_definition_read_from_the_jobs_topic_is_spliced_as_it_was_written(
+    codec: Codec, data: st.DataObject
+) -> None:
+    plain = data.draw(avro_records(codec.schema("job")), label="definition")
+    definition = codec.load(JobDefinition, codec.encode("job", plain))
+    state = dataclasses.replace(_state(codec, data), definition=definition)
+    spliced = codec.dump(state)
+    assert spliced == codec.encode("state", state.to_avro())
+    assert codec.load(SchedulerState, spliced) == state
+
+
+def test_a_state_that_does_not_encode_still_names_its_field(codec: Codec) -> None:
+    definition = codec.load(JobDefinition, codec.encode("job", job_record()))
+    state = SchedulerState(
+        job_id=definition.job_id,
+        definition=definition,
+        status=Status.PENDING,
+        updated_at_ms=2**70,  # past Avro's long
+    )
+    with pytest.raises(ValidationError, match="updated_at_ms"):
+        codec.dump(state)
+
+
+def test_kept_definitions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec_module, "PART_CACHE", 3)
+    codec = Codec(keep_definitions=True)
+    for i in range(10):
+        record = job_record(job_id=f"6f1d3a56-1f9e-4a8e-9a55-0c0f3e1c2b{i:02d}")
+        codec.load(JobDefinition, codec.encode("job", record))
+    assert len(codec._parts) == 3
+
+
+def test_other_roles_keep_no_definitions() -> None:
+    codec = Codec()
+    codec.load(JobDefinition, codec.encode("job", job_record()))
+    assert codec._state_splice is None and not codec._parts

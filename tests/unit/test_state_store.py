@@ -1,0 +1,89 @@
+"""The scheduler store's kept decoded states (schedulers/store.py): handed out once, only what
+was written since the last rollback, only for jobs in the near-term window, never more than
+the limit."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from duetime.core.models import Status
+from duetime.core.records import JobDefinition, SchedulerState
+from duetime.schedulers.store import StateStore
+from duetime.schemas.codec import Codec
+
+from .test_schemas import job_record
+
+WINDOW_MS = 10_000
+JOBS = ["a", "b", "c", "d"]
+CODEC = Codec()
+DEFINITION = CODEC.load(JobDefinition, CODEC.encode("job", job_record()))
+
+
+def _state(n: int = 0) -> SchedulerState:
+    """A distinct state object (the store only keeps and hands out objects)."""
+    return SchedulerState(
+        job_id=DEFINITION.job_id, definition=DEFINITION, status=Status.PENDING, updated_at_ms=n
+    )
+
+
+def test_a_written_state_is_handed_out_once() -> None:
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    state = _state()
+    store.put("a", 5_000, b"x", state)
+    store.commit()
+    assert store.take_decoded("a") is state
+    assert store.take_decoded("a") is None  # the caller may change it: no longer kept
+    assert store.get("a") == b"x"  # the bytes stay the truth
+
+
+def test_a_job_beyond_the_window_is_not_kept() -> None:
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    store.put("a", WINDOW_MS * 10, b"x", _state())
+    store.put("b", None, b"y", _state())  # nothing to wake for
+    assert store.take_decoded("a") is None and store.take_decoded("b") is None
+
+
+def test_a_rollback_forgets_every_kept_state() -> None:
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    store.put("a", 1_000, b"x", _state())
+    store.commit()
+    store.put("b", 1_000, b"y", _state())
+    store.rollback()  # the Kafka transaction failed
+    assert store.take_decoded("a") is None and store.take_decoded("b") is None
+    assert store.get("a") == b"x" and store.get("b") is None
+
+
+_op = st.one_of(
+    st.tuples(st.just("put"), st.sampled_from(JOBS), st.one_of(st.none(), st.integers(0, 30_000))),
+    st.tuples(st.just("take"), st.sampled_from(JOBS), st.none()),
+    st.tuples(st.just("commit"), st.just(""), st.none()),
+    st.tuples(st.just("rollback"), st.just(""), st.none()),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(_op, max_size=40), limit=st.integers(0, 3))
+def test_what_is_handed_out_is_the_last_written_object_of_that_job(
+    ops: list[tuple[str, str, int | None]], limit: int
+) -> None:
+    store = StateStore(None, WINDOW_MS, decoded_limit=limit)
+    store.advance(0)
+    written: dict[str, SchedulerState] = {}  # the model: the last object written since a rollback
+    for n, (op, job, wake) in enumerate(ops):
+        if op == "put":
+            obj = _state(n)
+            store.put(job, wake, b"v", obj)
+            written[job] = obj
+        elif op == "take":
+            got = store.take_decoded(job)
+            assert got is None or got is written.pop(job)
+        elif op == "commit":
+            store.commit()
+        else:
+            store.rollback()
+            written.clear()
+        assert len(store._decoded) <= limit
