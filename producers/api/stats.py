@@ -132,7 +132,7 @@ async def executions(
 @router.get(
     "/stats/lag",
     response_model=ConsumerLagOut,
-    responses=errors(400, 401, 503),
+    responses=errors(400, 401, 404, 503),
     summary="consumer lag per queue and priority: execution requests a worker group has not "
     "consumed yet (records, transaction markers not counted)",
 )
