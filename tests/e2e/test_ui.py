@@ -433,6 +433,11 @@ def check_failed_dag_run(stack: Stack, page: Page) -> None:
     assert colour(page, run_badge) == final
     assert colour(page, "table[data-testid=dag-runs] [data-run-status=failed]") == final
     assert final != colour(page, "[data-legend=failed] .swatch")
+    # every status in the legend has a colour of its own
+    swatches = page.locator("[data-testid=dag-legend] .swatch").evaluate_all(
+        "els => els.map((el) => getComputedStyle(el).backgroundColor)"
+    )
+    assert len(swatches) == 10 and len(set(swatches)) == len(swatches), swatches
     for status in ("success", "dead", "skipped"):
         fill = graph.locator(f"g.node[data-status={status}] rect").first.evaluate(
             "el => getComputedStyle(el).fill"
