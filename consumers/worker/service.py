@@ -246,7 +246,13 @@ class Worker:
 
     async def _start(self) -> None:
         s = self.settings
-        await asyncio.to_thread(self._check_queues)  # before anything is opened
+        try:
+            await asyncio.to_thread(self._check_queues)  # before the pools and the group
+        except ConfigError:
+            # the clients built with the worker go with it (the process exits on this error)
+            self.producer.close()
+            await close_session(self._http)
+            raise
         await self.leases.open()
         self.consumer.start()
         self._tasks = [

@@ -6,10 +6,12 @@ rows per queue. The two worker pools are the end-to-end test's (tests/e2e/test_q
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,8 +20,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from duetime.cli import main as duetime_main
+from duetime.consumers.worker.service import Worker
+from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
-from duetime.core.errors import ValidationError
+from duetime.core.errors import ConfigError, ValidationError
 from duetime.core.jobspec import build_job
 from duetime.core.topics import Topics
 from duetime.infra.queues import create_queue, list_queues
@@ -234,3 +238,16 @@ def test_the_cli_creates_lists_and_moves_jobs_by_queue(
     assert rc != 0 and "queue" in err and "ghost" in err
     moved = cli.json("jobs", "update", made["job_id"], "--queue", "default")
     assert moved["queue"] == "default"
+
+
+def test_a_worker_serving_a_queue_without_topics_stops_at_start_naming_it(
+    settings: CommonSettings, queue: str
+) -> None:
+    async def start(queues: tuple[str, ...]) -> None:
+        worker = Worker(replace(WorkerSettings(common=settings), queues=queues))
+        await worker.run()
+
+    with pytest.raises(ConfigError) as caught:
+        asyncio.run(start((queue, "ghost")))
+    assert "ghost" in caught.value.message and queue not in caught.value.message
+    assert caught.value.details["variable"] == "DUETIME_WORKER_QUEUES"
