@@ -165,7 +165,10 @@ class JobClient:
             **{"acks": "all", "linger.ms": 1, "message.timeout.ms": int(self.timeout_s * 1000)},
         )
         self._errors: list[KafkaError] = []
-        self.queues = QueueDirectory(self.topics, metadata_lister(self._producer))
+        # 2 s: the API validates a single create on its event loop (a miss in the cache, at
+        # most once a second, waits for the metadata; a broker that cannot answer is asked
+        # again only after 10 s)
+        self.queues = QueueDirectory(self.topics, metadata_lister(self._producer), timeout_s=2.0)
         """Which queues exist (a job naming another is refused), from the topic metadata."""
 
     # --- jobs -----------------------------------------------------------------------------
