@@ -265,7 +265,7 @@ MAX_LISTED = 20
 @router.get(
     "/jobs/{job_id}/backfills",
     response_model=BackfillPage,
-    responses=errors(401, 404),
+    responses=errors(400, 401, 404),
     summary=f"the job's backfills, newest first (the last {MAX_LISTED}), with their progress",
 )
 async def list_backfills(
@@ -294,7 +294,7 @@ async def list_backfills(
 @router.get(
     "/jobs/{job_id}/backfills/{backfill_id}",
     response_model=BackfillOut,
-    responses=errors(401, 404),
+    responses=errors(400, 401, 404),
     summary="one backfill and its progress",
 )
 async def get_backfill(job_id: str, backfill_id: str, res: Res) -> BackfillOut:

@@ -163,7 +163,7 @@ def _path_name(name: str) -> str:
 @router.get(
     "/calendars/{name}",
     response_model=CalendarOut,
-    responses=errors(401, 404),
+    responses=errors(400, 401, 404),
     summary="one calendar",
 )
 async def get_calendar(name: str, res: Res) -> CalendarOut:
@@ -209,7 +209,7 @@ async def list_calendars(
 @router.delete(
     "/calendars/{name}",
     response_model=CalendarOut,
-    responses=errors(401, 404),
+    responses=errors(400, 401, 404),
     summary="delete a calendar (jobs that copied it keep their copy)",
 )
 async def delete_calendar(name: str, res: Res) -> CalendarOut:

@@ -146,6 +146,8 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
         "--jitter-s", type=float, metavar="SECONDS", help="--cron: fire each run up to this late"
     )
     parser.add_argument("--calendar", metavar="NAME", help="--cron: skip the calendar's dates")
+    parser.add_argument("--start-at", metavar="TIME", help="--cron: no run before (RFC 3339)")
+    parser.add_argument("--end-at", metavar="TIME", help="--cron: no run after (RFC 3339)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--url-target", dest="target_url", help="http target URL")
     target.add_argument("--python", dest="target_python", help="python target package.mod:fn")
@@ -285,7 +287,7 @@ def _schedule_flag(args: argparse.Namespace) -> dict[str, Any] | None:
         # getattr with a default: a caller's own namespace (tests, scripts) may predate them
         extra = {
             key: value
-            for key in ("jitter_s", "calendar")
+            for key in ("jitter_s", "calendar", "start_at", "end_at")
             if (value := getattr(args, key, None)) is not None
         }
         return {"cron": args.cron, "timezone": args.timezone or "UTC", **extra}

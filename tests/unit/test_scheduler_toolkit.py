@@ -287,3 +287,34 @@ def test_a_backfill_command_without_a_range_is_refused_as_input() -> None:
         raise AssertionError("a backfill without its end was accepted")
     _, out = logic.on_control(state, bad, T0, POLICY)  # and past the check, it does nothing
     assert out.executions == [] and state.backfills == []
+
+
+# --------------------------------------------------------------------------------- bounds
+
+
+def test_a_cron_job_runs_within_its_bounds_then_ends_cleanly() -> None:
+    """From start_at to end_at and no further: after the last occurrence ended the job has no
+    next run and no wake-up (nothing left to fire), and a PATCH moving end_at into the past
+    leaves it the same."""
+    clock = ManualClock(T0)
+    start, end = "2026-12-21T08:10:00Z", "2026-12-21T08:40:00Z"
+    state = state_of({"cron": "*/10 * * * *", "start_at": start, "end_at": end})
+    outs = run_timer(state, clock, T0 + 24 * 3600_000)
+    ran = [r.scheduled_at_ms for out in outs for r in out.executions]
+    assert ran == [T0 + m * MINUTE for m in (10, 20, 30, 40)]
+    assert state.next_run_at_ms is None and logic.wake_at_ms(state) is None
+    assert state.status is Status.SUCCESS and state.inflight == []
+
+    late = state_of({"cron": "*/10 * * * *", "end_at": "2026-01-01T00:00:00Z"})
+    assert late.next_run_at_ms is None and logic.wake_at_ms(late) is None
+
+    live = state_of({"cron": "*/10 * * * *"})
+    cron = live.definition.schedule
+    assert live.next_run_at_ms is not None and isinstance(cron, CronSchedule)
+    ended = replace(
+        live.definition,
+        revision=live.definition.revision + 1,
+        schedule=replace(cron, end_at_ms=T0 - MINUTE),
+    )
+    logic.on_definition(live, ended, T0 + 1)  # a PATCH moving end_at into the past
+    assert live.next_run_at_ms is None and logic.wake_at_ms(live) is None
