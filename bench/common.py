@@ -153,9 +153,8 @@ def bench_stack(partitions: int) -> Iterator[Any]:
             kafka_heap_mb=1024,
         )
     )
-    stack.acquire()
+    stack.acquire()  # registers this run and brings the servers up, under the stack's lock
     try:
-        stack.up()
         run = uuid.uuid4().hex[:8]
         db = f"bench_{run}"
         stack.postgres.create_database(db)
