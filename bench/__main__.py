@@ -14,6 +14,7 @@ SUITES = {
     "compare": "bench.compare",
     "http": "bench.http_rate",
     "limits": "bench.limits",
+    "fetch": "bench.fetch_wait",
 }
 
 

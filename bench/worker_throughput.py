@@ -61,13 +61,17 @@ from bench.common import (
     write_result,
 )
 from bench.cpu import CpuMeter, per_job, pid_listening
-from duetime.infra.harness import FAST_FETCH, RoleProc, assign_all, reader, stop_all
+from duetime.infra.harness import RoleProc, assign_all, reader, stop_all
 
 NOOP = "bench.worker_throughput:noop"
 PARTITIONS = 12
 WORKER_CONCURRENCY = 500
 METRICS_BASE_PORT = 19400
 SCHEDULER_METRICS_PORT = 19399
+SDK_TIMEOUT_S = 120.0
+READER_FETCH = {"fetch.wait.max.ms": 500}
+"""The SDK's wait for acknowledgements: on a box shared with other work, 10,000 creates at
+once outwaited the default 15 s."""
 
 
 async def noop(ctx: Any) -> None:
@@ -125,7 +129,10 @@ class Results:
         self.failures = 0
         self.lock = threading.Lock()
         self._stop = threading.Event()
-        self.consumer = reader(common.bootstrap_servers, "bench-results", **FAST_FETCH)
+        # librdkafka's default fetch wait: a commit marker answers a parked read_committed
+        # fetch at once (Kafka 4.1), and a 10 ms wait (FAST_FETCH) made the broker spend
+        # ~0.3 core on this reader's empty fetches, counted in the system's CPU per job
+        self.consumer = reader(common.bootstrap_servers, "bench-results", **READER_FETCH)
         topics = Topics(common.topic_prefix)
         # the requests too: when each was emitted and when it became visible to a reader
         self.requests: dict[str, tuple[int, int]] = {}  # eid -> (emitted_at_ms, received_ms)
@@ -189,8 +196,12 @@ def start_workers(common: Any, n: int, tag: str) -> list[RoleProc]:
             DUETIME_METRICS_PORT=str(METRICS_BASE_PORT + i),
         )
         procs.append(start_role(["worker"], env, name))
-    for proc in procs:
-        proc.wait_log(r"assigned \d+ partitions")
+    try:
+        for proc in procs:
+            proc.wait_log(r"assigned \d+ partitions")
+    except BaseException:  # never leave a started role running
+        stop(procs)
+        raise
     return procs
 
 
@@ -202,7 +213,11 @@ def start_scheduler(common: Any, tag: str) -> RoleProc:
         common, DUETIME_INSTANCE_ID=name, DUETIME_METRICS_PORT=str(SCHEDULER_METRICS_PORT)
     )
     proc = start_role(["scheduler"], env, name)
-    wait_owned(proc, common.partitions)
+    try:
+        wait_owned(proc, common.partitions)
+    except BaseException:  # never leave a started role running
+        stop([proc])
+        raise
     return proc
 
 
@@ -257,7 +272,7 @@ def create_jobs(common: Any, times_ms: list[int]) -> tuple[list[str], float]:
 
     started = time.monotonic()
     ids = []
-    with JobClient(settings=common) as client:
+    with JobClient(settings=common, timeout_s=SDK_TIMEOUT_S) as client:
         for i, at_ms in enumerate(times_ms):
             at = datetime.fromtimestamp(at_ms / 1000, UTC).isoformat()
             ids.append(
@@ -503,13 +518,18 @@ def _timed_run(
     otherwise all are created up front. CPU is measured from just before the first create to
     the last success."""
     with stack(PARTITIONS) as base, fresh(base) as common:
-        procs = {"scheduler": start_scheduler(common, name)}
-        for i, proc in enumerate(start_workers(common, workers, name)):
-            procs[f"worker_{i}"] = proc
-        procs["projector"] = start_role(
-            ["projector"], role_env(common, DUETIME_INSTANCE_ID=f"{name}-projector"),
-            f"{name}-projector",
-        )  # fmt: skip
+        procs: dict[str, RoleProc] = {}
+        try:  # a start that fails or is interrupted stops the roles started so far
+            procs["scheduler"] = start_scheduler(common, name)
+            for i, proc in enumerate(start_workers(common, workers, name)):
+                procs[f"worker_{i}"] = proc
+            procs["projector"] = start_role(
+                ["projector"], role_env(common, DUETIME_INSTANCE_ID=f"{name}-projector"),
+                f"{name}-projector",
+            )  # fmt: skip
+        except BaseException:
+            stop(list(procs.values()))
+            raise
         results = Results(common)
         try:
             meter = system_meter(common, procs)
@@ -547,7 +567,7 @@ class Feeder:
     def _run(self) -> None:
         from duetime.producers.sdk import JobClient
 
-        with JobClient(settings=self.common) as client:
+        with JobClient(settings=self.common, timeout_s=SDK_TIMEOUT_S) as client:
             for i, at_ms in enumerate(self.times_ms):
                 while at_ms - self.ahead_ms > time.time_ns() // 1_000_000:
                     if self._stop.wait(0.05):
