@@ -9,6 +9,10 @@ processes), against one HTTP target that answers by path:
 - ``/busy``: 503 with ``Retry-After: 1`` the first time, then 200. The job's backoff is 60 s,
   so finishing within the test's 30 s deadline means the Retry-After set the delay; and the
   second request came no earlier than 1 s after the first.
+
+And Python tasks (``tests/hostile/retry_tasks.py``): a task that snoozes twice succeeds with
+``max_retries: 0``; one raising a subclass of ``ValueError`` under ``non_retryable_errors:
+["ValueError"]`` is dead after one attempt.
 """
 
 from __future__ import annotations
@@ -112,4 +116,42 @@ def test_404_is_dead_at_once_and_503_waits_for_its_retry_after(stack: HostileSta
         assert [a["attempt"] for a in execution["attempts"]] == [1, 2], execution
     finally:
         sink.stop()
+
+
+def test_a_task_snoozes_without_attempts_and_a_listed_exception_is_not_retried(
+    stack: HostileStack,
+) -> None:
+    """Python tasks: two snoozes with max_retries 0 still succeed (a snooze uses no attempt);
+    an exception whose base is listed in non_retryable_errors is dead after one attempt."""
+    ids = {}
+    for name, ref, retry in (
+        ("snooze", "snooze_then_succeed", {"max_retries": 0}),
+        ("listed", "fail_with_a_value_error", {"max_retries": 3, "base_delay_s": 60,
+                                                "non_retryable_errors": ["ValueError"]}),
+    ):  # fmt: skip
+        resp = stack.post_job(
+            {
+                "name": f"retry-class-{name}",
+                "schedule": PAST,
+                "target": {"type": "python", "ref": f"tests.hostile.retry_tasks:{ref}"},
+                "payload": {"snoozes": 2},
+                "retry": retry,
+            }
+        )
+        assert resp.status_code == 201, resp.text
+        ids[name] = resp.json()["job_id"]
+
+    snoozed = stack.wait_job(ids["snooze"], timeout_s=30)
+    assert snoozed["status"] == "success", snoozed
+    [execution] = stack.executions(ids["snooze"])
+    reasons = [(a["attempt"], (a.get("error") or {}).get("reason")) for a in execution["attempts"]]
+    assert reasons == [(1, "snoozed"), (2, "snoozed"), (3, None)], execution
+
+    listed = stack.wait_job(ids["listed"], timeout_s=30)
+    assert listed["status"] == "dead", listed
+    [execution] = stack.executions(ids["listed"])
+    assert len(execution["attempts"]) == 1, execution
+    error = execution["error"]
+    assert error["reason"] == "non_retryable" and error["type"] == "LedgerClosed", error
+    assert "builtins:ValueError" in error["exception_types"], error
     stack.assert_survived()
