@@ -17,6 +17,7 @@ from typing import Any
 from duetime.core.jobspec import job_to_api
 from duetime.core.records import JobDefinition
 from duetime.core.redact import redact_headers, redact_text, redact_url
+from duetime.core.retry import RetryPolicy
 
 from .jsondepth import exceeds_depth, nesting_depth
 from .lifecycle import dag_out, lifecycle
@@ -155,7 +156,7 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "priority": row.priority,
         "target": redact_target(row.target),
         "payload": payload,
-        "retry": row.retry,
+        "retry": retry_of(row.retry),
         "timeout_s": row.timeout_s,
         "start_within_s": row.start_within_s,
         "queue": row.queue,
@@ -193,6 +194,18 @@ def job_out(row: JobRow) -> dict[str, Any]:
     return out
 
 
+def retry_of(stored: Any) -> Any:
+    """A row's retry policy with the fields added since it was written (issue 18's error
+    classes) at their defaults: shown as a new job shows it, and equal to the same body
+    created again (the idempotency check compares them)."""
+    if not isinstance(stored, Mapping):
+        return stored
+    return {**_RETRY_DEFAULTS, **stored}
+
+
+_RETRY_DEFAULTS = RetryPolicy().to_dict()
+
+
 def job_spec(row: JobRow) -> dict[str, Any]:
     """What a create body said, from a row: compared with a new body for idempotency."""
     return {
@@ -201,7 +214,7 @@ def job_spec(row: JobRow) -> dict[str, Any]:
         "priority": row.priority,
         "target": row.target,
         "payload": row.payload,
-        "retry": row.retry,
+        "retry": retry_of(row.retry),
         "timeout_s": row.timeout_s,
         "misfire": row.misfire,
         "overlap": row.overlap,

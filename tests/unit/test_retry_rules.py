@@ -28,6 +28,7 @@ from duetime.core.retry_rules import (
     matching_error_name,
     retry_after_delay_s,
 )
+from duetime.producers.api import convert
 from duetime.schedulers import logic
 from duetime.schemas.codec import Codec
 
@@ -383,3 +384,19 @@ def test_the_history_shows_the_policys_verdict_whatever_arrives_first() -> None:
         shown = ex.attempts[1].error
         assert shown["reason"] == "non_retryable" and shown["http_status"] == 404, events
         assert ex.attempts[1].status() == "dead"
+
+
+def test_a_row_written_before_the_error_classes_reads_as_a_new_job_would() -> None:
+    """A job projected before issue 18 has a retry without the new fields: shown and compared
+    (idempotent re-create) with their defaults, so the same body created again is not a 409."""
+    body = {
+        "name": "x",
+        "target": {"type": "http", "url": "http://h/x"},
+        "retry": {"max_retries": 2},
+    }
+    definition = build_job(body, now_ms=NOW)
+    old_row_retry = {"max_retries": 2, "base_delay_s": 10.0, "max_delay_s": 3600.0, "jitter": True}
+    assert convert.retry_of(old_row_retry) == convert.definition_spec(definition)["retry"]
+    custom = {**old_row_retry, "non_retryable_http_statuses": [404]}
+    assert convert.retry_of(custom)["non_retryable_http_statuses"] == [404]
+    assert convert.retry_of(None) is None
