@@ -193,10 +193,13 @@ class Worker:
             # our own buffer bounds the work in memory; librdkafka's default prefetch
             # (64 MiB per partition) would only hold records back behind paused ones
             "queued.max.messages.kbytes": 4096,
-            # read_committed: a transaction's commit does not wake a waiting fetch, so an
-            # idle fetch sits out its whole max wait (500 ms by default) before it returns
-            # what the scheduler just committed; that wait is start lateness
-            "fetch.wait.max.ms": 10,
+            # librdkafka's default wait (500 ms) for an idle fetch: the broker answers a
+            # parked read_committed fetch as soon as a transaction's commit marker lands
+            # (Kafka 4.1, measured: a record committed 0.7-1 s into an idle wait arrived
+            # alike with 10 and 500 ms, p50 27-50 ms on a loaded box), so a shorter wait buys
+            # no start lateness; 10 ms cost the broker ~0.3 core per idle worker in
+            # fetches (`./run bench fetch`; bench/README.md, CPU per job)
+            "fetch.wait.max.ms": 500,
             "on_commit": self._on_commit,
             # a partition this group never committed: a new pool starts at the end of its
             # topics, not at 7 days of history; what it skips and nobody answers is re-emitted
