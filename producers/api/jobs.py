@@ -54,6 +54,9 @@ Cursor = Query(None, max_length=200, description="next_cursor of the previous pa
     "/jobs",
     status_code=201,
     response_model=JobCreatedOut,
+    # deduplicated / replaced_job_id appear only when they say something: a plain create's
+    # answer stays {"job_id", "status", "next_run_at"} (API.md)
+    response_model_exclude_defaults=True,
     responses={
         200: {
             "model": JobCreatedOut,

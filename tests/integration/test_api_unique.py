@@ -70,7 +70,7 @@ def test_concurrent_unique_creates_make_one_job(settings: CommonSettings, api: R
         a.text for a in answers
     ]
     [first] = [a.json() for a in answers if a.status_code == 201]
-    assert not first["deduplicated"]
+    assert "deduplicated" not in first  # said only when it is true
     for a in answers:
         if a.status_code == 200:
             assert a.json()["job_id"] == first["job_id"] and a.json()["deduplicated"] is True
@@ -117,7 +117,7 @@ def test_debounce_runs_only_the_last_create(
     answers = at_once(THREADS, create)
     assert all(a.status_code == 201 for a in answers), [a.text for a in answers]
     ids = {a.json()["job_id"] for a in answers}
-    replaced = {a.json()["replaced_job_id"] for a in answers} - {None}
+    replaced = {a.json().get("replaced_job_id") for a in answers} - {None}
     # every create but one replaced the job pending before it: a chain through all of them
     assert len(ids) == THREADS and len(replaced) == THREADS - 1 and replaced < ids
     [last] = ids - replaced
