@@ -17,6 +17,7 @@ from duetime.core.records import DagDefinition, JobDefinition
 from duetime.producers.sdk import dag_trigger_job_id
 
 from . import convert, store
+from .calendars import resolve_calendar
 from .deps import Res, Resources, parse_id, read_json, validated
 from .pagination import decode_cursor, page_of
 from .rows import DagRow, DagRunRow, JobRow, NewJob
@@ -53,6 +54,7 @@ async def create_dag(request: Request, response: Response, res: Res) -> dict[str
     unknown = sorted(set(body) - {"dag_id", "name", "jobs", "schedule", "overlap"})
     if unknown:
         raise ValidationError(f"unknown DAG field(s): {', '.join(unknown)}", field=unknown[0])
+    body = await resolve_calendar(res, body)  # the DAG's schedule may name a calendar
     name = body.get("name")
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise ValidationError(

@@ -265,3 +265,20 @@ def test_a_bad_backfill_is_refused_and_writes_nothing(
         assert_error(c.get(f"/v1/jobs/{cron_id}/backfills/{uuid.uuid4()}"), 404, "not_found")
         assert c.get(f"/v1/jobs/{cron_id}/backfills").json() == {"items": []}
         assert (topic_record_count(settings), table_counts(settings)) == before
+
+
+def test_a_dag_schedule_names_a_calendar_too(api: RunningApi) -> None:
+    target = {"type": "http", "url": "http://127.0.0.1:9/hook"}
+    dag: dict[str, Any] = {
+        "name": "etl",
+        "jobs": [{"key": "extract", "name": "extract", "target": target}],
+        "schedule": {"cron": "0 2 * * *", "calendar": "holidays"},
+    }
+    with api.client() as c:
+        error = assert_error(c.post("/v1/dags", json=dag), 422, "unknown_calendar")
+        assert error["details"]["field"] == "schedule.calendar"
+        c.post("/v1/calendars", json=HOLIDAYS)
+        created = c.post("/v1/dags", json=dag)
+        assert created.status_code == 201, created.text
+        shown = c.get(f"/v1/dags/{created.json()['dag_id']}").json()
+        assert shown["schedule"]["calendar"]["exclude_weekdays"] == ["sat", "sun"]
