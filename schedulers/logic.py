@@ -25,6 +25,7 @@ fails with reason ``lost`` and the job's retry policy applies.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from duetime.core.backfill import MAX_OCCURRENCES, backfill_execution_id
-from duetime.core.calendars import parse_calendar
+from duetime.core.calendars import Calendar, parse_calendar
 from duetime.core.dag import REPAIR_REASON
 from duetime.core.errors import IllegalTransition
 from duetime.core.inputs import MAX_TIME_MS, check_number
@@ -227,7 +228,27 @@ def calendar_excludes(state: SchedulerState, nominal_ms: int) -> bool:
     schedule = state.definition.schedule
     if not isinstance(schedule, CronSchedule) or schedule.calendar is None:
         return False
-    return parse_calendar(schedule.calendar.to_avro()).excludes(_dt(nominal_ms))
+    spec = schedule.calendar
+    calendar = _calendar(
+        spec.name, spec.timezone, tuple(spec.exclude), tuple(spec.exclude_weekdays)
+    )
+    return calendar.excludes(_dt(nominal_ms))
+
+
+@functools.lru_cache(maxsize=1024)
+def _calendar(
+    name: str, timezone: str, exclude: tuple[str, ...], weekdays: tuple[str, ...]
+) -> Calendar:
+    """A job's calendar rules, parsed once per distinct rule set: parsing 1,000 entries costs
+    ~3 ms, and a backfill may look at thousands of occurrences in one step (a pure memo)."""
+    return parse_calendar(
+        {
+            "name": name,
+            "timezone": timezone,
+            "exclude": list(exclude),
+            "exclude_weekdays": list(weekdays),
+        }
+    )
 
 
 def _move(state: SchedulerState, event: Event) -> None:

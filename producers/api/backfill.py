@@ -199,7 +199,8 @@ async def _with_progress(
 ) -> BackfillOut:
     """The backfill as the API answers it: its request and its executions so far."""
     bid = str(saved.backfill_id)
-    ids = [execution_id(bid, t) for t in occ.runs]
+    # 10,000 UUIDs take ~0.2 s on a loaded machine: beside the event loop
+    ids = await asyncio.to_thread(_execution_ids, bid, occ.runs)
     counts: dict[str, int] = {}
     if ids:
         cur = await conn.execute(
@@ -231,6 +232,10 @@ async def _with_progress(
     )
     out.progress = progress_line(out)
     return out
+
+
+def _execution_ids(bid: str, runs: list[int]) -> list[str]:
+    return [execution_id(bid, t) for t in runs]
 
 
 def progress_line(b: BackfillOut) -> str:
