@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 from typing import Any
 
@@ -65,8 +66,10 @@ def due_times(start_ms: int, minutes: float, speedup: float) -> list[int]:
     return times
 
 
-def scenario_day(minutes: float, speedup: float, workers: int) -> dict[str, Any]:
-    name = "day-compressed"
+def scenario_day(minutes: float, speedup: float, workers: int, label: str = "") -> dict[str, Any]:
+    """``label`` names a variant run (e.g. ``cluster3``: the servers of ``DUETIME_KAFKA_BOOTSTRAP``
+    are a three-broker cluster): its results go to ``day-compressed-<label>``."""
+    name = f"day-compressed-{label}" if label else "day-compressed"
     lead_s = 20.0
     peak = max(rate_at(h / 10, speedup) for h in range(240))
     total = len(due_times(0, minutes, speedup))
@@ -115,7 +118,8 @@ def scenario_day(minutes: float, speedup: float, workers: int) -> dict[str, Any]
             "created_ahead_s": 30,
             "measured": "worker started_at − the job's time, end to end",
             "command": f"./run bench day --minutes {minutes:g} --speedup {speedup:g} "
-            f"--workers {workers}",
+            f"--workers {workers}" + (f" --label {label}" if label else ""),
+            "kafka": _kafka_described(),
         },
     }
     progress(
@@ -153,18 +157,37 @@ def _plot(name: str, hours: list[dict[str, Any]], minutes: float, speedup: float
     plt.close(fig)
 
 
+def _kafka_described() -> str:
+    """Which Kafka the run used: the bench stack's single broker, or the servers named by
+    ``DUETIME_KAFKA_BOOTSTRAP`` with their broker count (topics get min(3, brokers) replicas)."""
+    from confluent_kafka.admin import AdminClient
+
+    from duetime.core.config import Env
+
+    bootstrap = Env().opt_str("DUETIME_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        return "the bench stack's single local broker"
+    brokers = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers)
+    return f"{bootstrap}: {brokers} broker(s), replication factor {min(3, brokers)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./run bench day", description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=20)
     parser.add_argument("--speedup", type=float, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--label", default="", help="a variant's name: results go to day-compressed-<label>"
+    )
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9-]{0,40}", args.label):
+        parser.error("--label: up to 40 of a-z, 0-9 and '-' (it names the result files)")
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    result = scenario_day(args.minutes, args.speedup, args.workers)
+    result = scenario_day(args.minutes, args.speedup, args.workers, args.label)
     print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "hours")}, indent=2))
     return 0
 
