@@ -354,6 +354,14 @@ class Health(BaseModel):
 
 # --- request bodies (documentation of what build_job accepts) --------------------------------
 
+_LIMIT_KEY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_TEMPLATE_CHARS,
+    "description": "literal text with {payload.field} placeholders (e.g. tenant-{payload.tenant}); "
+    "{{ and }} are literal braces; a field the payload lacks is a 422",
+}
+
 _TS = {"type": "string", "format": "date-time"}
 CALENDAR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -461,14 +469,6 @@ TARGET_SCHEMA: dict[str, Any] = {
         },
     ]
 }
-_LIMIT_KEY_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": MAX_TEMPLATE_CHARS,
-    "description": "literal text with {payload.field} placeholders (e.g. tenant-{payload.tenant}); "
-    "{{ and }} are literal braces; a field the payload lacks is a 422",
-}
-
 _JOB_PROPERTIES: dict[str, Any] = {
     "job_id": {
         "type": ["string", "null"],
