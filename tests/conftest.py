@@ -32,6 +32,8 @@ from duetime.core.topics import Topics
 from duetime.infra.process import pid_alive
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     from tests.helpers import RunningScheduler
     from tests.integration.test_worker_support import Sink
 
@@ -227,3 +229,23 @@ def scheduler(settings: CommonSettings) -> Iterator[RunningScheduler]:
     wait_for(lambda: running.owned() == settings.partitions, 30, "the scheduler to own it all")
     yield running
     running.stop()
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """duetime's tracing on a fresh OpenTelemetry provider whose spans are kept in memory (the
+    ``otel`` extra, part of the test extra), switched off again after the test."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from duetime.core import tracing
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracing.install(provider)
+    try:
+        yield memory
+    finally:
+        tracing.install(None)

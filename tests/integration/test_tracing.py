@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from duetime.core import tracing
@@ -28,18 +25,6 @@ from tests.integration.test_api_support import RunningApi, running_stack
 from tests.integration.test_worker_support import Delivery, Sink
 
 STEPS = {"duetime.fire", "duetime.claim", "duetime.run", "duetime.report"}
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracing.install(provider)
-    try:
-        yield memory
-    finally:
-        tracing.install(None)
 
 
 def _job(sink: Sink) -> dict[str, object]:

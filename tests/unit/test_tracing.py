@@ -7,14 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from duetime.core import tracing
@@ -30,18 +28,6 @@ HEX = "0123456789abcdef"
 trace_ids = st.text(HEX, min_size=32, max_size=32).filter(lambda t: t != "0" * 32)
 span_ids = st.text(HEX, min_size=16, max_size=16).filter(lambda t: t != "0" * 16)
 flags = st.text(HEX, min_size=2, max_size=2)
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracing.install(provider)
-    try:
-        yield memory
-    finally:
-        tracing.install(None)
 
 
 @given(trace_ids, span_ids, flags)
