@@ -5,6 +5,7 @@ and a scheduler in a thread of the test process."""
 from __future__ import annotations
 
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from duetime.infra.harness import TopicReader, execution_reader, reader, wait_for
@@ -29,3 +30,17 @@ class RunningScheduler:
         self.scheduler.stop()
         self.thread.join(30)
         assert not self.thread.is_alive(), "scheduler did not stop within 30 s"
+
+
+def serve_loopback(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """An HTTP server for ``handler`` on 127.0.0.1 at a free port, serving from a daemon thread
+    (each request in a daemon thread of its own); stop it with :func:`stop_server`."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop_server(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.helpers import serve_loopback, stop_server
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -73,9 +75,7 @@ class IntervalSink:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_loopback(Handler)
         return self
 
     @property
@@ -89,8 +89,7 @@ class IntervalSink:
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            stop_server(self.server)
 
 
 def max_overlap(calls: Iterable[Call]) -> dict[str, int]:

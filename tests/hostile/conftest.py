@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from duetime.producers.sdk import JobClient
 from tests.conftest import Services, _drop_database
 from tests.e2e.procs import Role, role_env
 from tests.faults.support import Parked, parked
-from tests.helpers import wait_for
+from tests.helpers import serve_loopback, stop_server, wait_for
 from tests.integration.test_dag_support import delete_internal_topics
 from tests.integration.test_worker_support import Sink
 
@@ -128,17 +128,14 @@ class SecretSink:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_loopback(Handler)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/fail"
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_server(self.server)
 
 
 # --- every key written to the jobs and dags topics ----------------------------------------

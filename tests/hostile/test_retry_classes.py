@@ -20,9 +20,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.helpers import serve_loopback, stop_server
 from tests.hostile.conftest import PAST, HostileStack
 
 
@@ -56,9 +57,7 @@ class StatusSink:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_loopback(Handler)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
@@ -68,8 +67,7 @@ class StatusSink:
             return list(self.arrivals[job_id])
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_server(self.server)
 
 
 def test_404_is_dead_at_once_and_503_waits_for_its_retry_after(stack: HostileStack) -> None:

@@ -31,6 +31,7 @@ from duetime.consumers.worker.policy import EgressPolicy
 from duetime.consumers.worker.service import Worker
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.errors import FailPermanently, RetryLater
+from tests.helpers import serve_loopback, stop_server
 
 
 @dataclass
@@ -73,9 +74,7 @@ class Sink:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_loopback(Handler)
         return self
 
     @property
@@ -132,8 +131,7 @@ class Sink:
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            stop_server(self.server)
 
 
 def with_test_allowances(settings: WorkerSettings) -> WorkerSettings:
@@ -360,9 +358,7 @@ class HoldingSink:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_loopback(Handler)
         return self
 
     @property
@@ -393,5 +389,4 @@ class HoldingSink:
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            stop_server(self.server)
