@@ -15,6 +15,7 @@ from its changelog; fenced / fatal → give the partition up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -54,6 +55,7 @@ from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import logic, metrics
+from .fairness import SHARE_HEADER, FairnessGate, Share, share_of
 from .store import HELD_PREFIX, StateStore
 
 log = logging.getLogger("duetime.scheduler")
@@ -222,6 +224,8 @@ class PartitionOwner:
         self.rng = rng
         self.clock = clock
         self.store = StateStore(store_path, window_ms)
+        self.fairness = FairnessGate(policy.fairness_inflight)
+        """Per fairness key: executions in flight and the held ones (schedulers/fairness.py)."""
         self.pending = Pending()
         self.producer = producer
         """Transactional, ``init_transactions`` done: the previous owner is fenced."""
@@ -243,6 +247,7 @@ class PartitionOwner:
         c = self._restore_consumer
         c.assign([tp])
         low, high = watermarks(c, self.topics.state, self.partition)
+        shares: dict[str, Share] = {}
 
         def rows() -> Iterator[tuple[str, int | None, bytes | None]]:
             if high <= low:
@@ -264,18 +269,32 @@ class PartitionOwner:
                             done = True
                             continue
                         raise KafkaException(err)
-                    wake = None
-                    for header in m.headers() or []:
-                        if header[0] == WAKE_HEADER and header[1]:
-                            wake = int(header[1])
-                    yield (m.key() or b"").decode(), wake, m.value()
+                    key = (m.key() or b"").decode()
+                    yield key, self._restored_headers(key, m, shares), m.value()
                 if done or c.position([tp])[0].offset >= high:
                     return
 
         n = self.store.bulk_load(rows())
+        self.fairness = FairnessGate(self.policy.fairness_inflight)
+        self.fairness.load(shares)
+        metrics.FAIRNESS_HELD.labels(partition=self.partition).set(self.fairness.held)
         c.unassign()
         self.store.advance(self.clock.now_ms())
         return n, time.monotonic() - started
+
+    def _restored_headers(self, key: str, m: Message, shares: dict[str, Share]) -> int | None:
+        """A changelog record's wake-up time; its fairness share goes to ``shares`` (the
+        latest record of a key wins: an older share is dropped)."""
+        wake = None
+        shares.pop(key, None)
+        for header in m.headers() or []:
+            if header[0] == WAKE_HEADER and header[1]:
+                wake = int(header[1])
+            elif header[0] == SHARE_HEADER and header[1] and m.value() is not None:
+                share = self._share(key, header[1])
+                if share is not None:
+                    shares[key] = share
+        return wake
 
     # --- a cycle --------------------------------------------------------------------------
 
@@ -361,9 +380,12 @@ class PartitionOwner:
             # the logic changed the dirty state in place: back to its bytes as collected
             p.dirty[job_id] = self.codec.load(SchedulerState, mark.encoded, topic=self.topics.state)
             p.encoded[job_id] = mark.encoded
+            if job_id in self.fairness or p.dirty[job_id].definition.fairness is not None:
+                self.fairness.set(job_id, share_of(p.dirty[job_id]))
         else:
             p.dirty.pop(job_id, None)
             p.encoded.pop(job_id, None)
+            self.fairness.revert(job_id)
 
     def _decode(
         self, msg: Message, topic: str, offset: int
@@ -459,7 +481,34 @@ class PartitionOwner:
             except CONTENT_ERRORS as exc:
                 self._undo(job_id)
                 self._fire_failed(job_id, exc, now_ms)
+        self._release_held(now_ms)
         return len(due)
+
+    def _release_held(self, now_ms: int) -> None:
+        """Emit the held executions whose fairness keys have credit (results freed it, or
+        they were held in this very cycle while the key had room)."""
+        for job_id, key in self.fairness.releasable():
+            state = self._state(job_id)
+            if state is None:  # gone from the store (a corrupt state): nothing to release
+                self.fairness.set(job_id, None)
+                continue
+            try:
+                self._collect(job_id, state, logic.release_held(state, key, now_ms, self.policy))
+            except CONTENT_ERRORS as exc:
+                self._undo(job_id)
+                self._fire_failed(job_id, exc, now_ms)
+                state = self._state(job_id)
+                # whatever the job's state is now, the gate follows it (no endless retry)
+                self.fairness.set(job_id, None if state is None else share_of(state))
+
+    def _share(self, job_id: str, raw: bytes | str) -> Share | None:
+        """A share header of the changelog; a bad one counts as none (logged): it was written by
+        a scheduler, so it is corruption, and the job's state decides at its next change."""
+        try:
+            return Share.decode(raw.encode() if isinstance(raw, str) else raw)
+        except ValueError as exc:
+            log.error("%s", exc, extra={"job_id": job_id, "partition": self.partition})
+            return None
 
     def _fire_failed(self, job_id: str, exc: Exception, now_ms: int) -> None:
         """Quarantine the job; if even that cannot be written, leave it out of the timer (its
@@ -557,6 +606,8 @@ class PartitionOwner:
             # a state already dirty is encoded again whatever changed: the bytes are its latest
             self.pending.encoded[job_id] = self.codec.dump(state, topic=self.topics.state)
             self.pending.dirty[job_id] = state
+            if state.definition.fairness is not None or job_id in self.fairness:
+                self.fairness.set(job_id, share_of(state))
         self.pending.out.extend(out)
         self.pending.messages.extend(messages)
 
@@ -594,11 +645,14 @@ class PartitionOwner:
         if job_id is None or job_id not in self.pending.dirty:
             return
         if job_id in self.pending.encoded:
-            self.pending.dirty[job_id] = self.codec.load(
+            state = self.pending.dirty[job_id] = self.codec.load(
                 SchedulerState, self.pending.encoded[job_id], topic=self.topics.state
             )
+            if job_id in self.fairness or state.definition.fairness is not None:
+                self.fairness.set(job_id, share_of(state))
         else:
             del self.pending.dirty[job_id]
+            self.fairness.revert(job_id)
 
     def next_wake_ms(self) -> int | None:
         return self.store.next_wake_ms()
@@ -629,6 +683,7 @@ class PartitionOwner:
             self._recover(exc, consumer)
             return None
         self.store.commit()
+        self.fairness.commit()
         self._count(p, now_ms)
         self.pending = Pending()
         return len(p.out.executions)
@@ -645,9 +700,12 @@ class PartitionOwner:
             wake = logic.wake_at_ms(state)
             value = p.encoded[job_id]
             header = b"" if wake is None else str(wake).encode()
-            yield _Message(
-                self.topics.state, job_id, value, self.partition, [(WAKE_HEADER, header)]
-            )
+            headers: list[tuple[str, str | bytes | None]] = [(WAKE_HEADER, header)]
+            if job_id in self.fairness:  # its share, for a new owner's gate (restore)
+                share = share_of(state)
+                if share is not None:
+                    headers.append((SHARE_HEADER, share.encode()))
+            yield _Message(self.topics.state, job_id, value, self.partition, headers)
             self.store.put(job_id, wake, value, state)
         for key, (job_id, held) in p.held.items():
             yield _Message(self.topics.state, key, held, self.partition)
@@ -655,6 +713,7 @@ class PartitionOwner:
 
     def _count(self, p: Pending, now_ms: int) -> None:
         metrics.TRANSACTIONS.inc()
+        metrics.FAIRNESS_HELD.labels(partition=self.partition).set(self.fairness.held)
         for request in p.out.executions:
             metrics.EMITTED.labels(priority=request.priority, trigger=request.trigger).inc()
             metrics.LATENESS.labels(priority=request.priority).observe(
@@ -702,6 +761,7 @@ class PartitionOwner:
             "transaction failed (%s): %s", kind.value, exc, extra={"partition": self.partition}
         )
         self.pending = Pending()
+        self.fairness.rollback()
         if kind is ErrorClass.FATAL:
             self.store.rollback()
             raise PartitionLost(str(exc)) from exc
@@ -732,15 +792,20 @@ class PartitionOwner:
         partition next reads those inputs again and derives the same. (Anything someone
         waits for was committed in the cycle that made it.)"""
         self.pending = Pending()
+        self.fairness.rollback()
 
-    def rewind(self, consumer: Consumer) -> None:
-        """An aborted transaction does not move the consumer back: seek to the committed offsets."""
-        inputs = [TopicPartition(t, self.partition) for t in self.topics.scheduler_inputs]
+    def rewind(self, consumer: Consumer, topics: Sequence[str] | None = None) -> None:
+        """An aborted transaction does not move the consumer back: seek to the committed offsets
+        (of every input, or of ``topics``)."""
+        names = self.topics.scheduler_inputs if topics is None else topics
+        inputs = [TopicPartition(t, self.partition) for t in names]
         for tp in consumer.committed(inputs, timeout=10):
             tp.offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             consumer.seek(tp)
 
     def close(self) -> None:
+        with contextlib.suppress(KeyError):  # an owner that never restored set no value
+            metrics.FAIRNESS_HELD.remove(str(self.partition))
         try:
             self.producer.flush(5)
         finally:

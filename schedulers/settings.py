@@ -9,6 +9,8 @@ from pathlib import Path
 from duetime.core.config import CommonSettings, Env
 from duetime.core.errors import ConfigError
 
+from .fairness import DEFAULT_INFLIGHT
+
 
 @dataclass(frozen=True)
 class SchedulerSettings:
@@ -22,9 +24,20 @@ class SchedulerSettings:
     """At most this many due jobs per partition per cycle: transactions stay short and inputs
     keep flowing during a burst."""
     misfire_threshold_s: float = 5.0
+    fairness_inflight: int = DEFAULT_INFLIGHT
+    """Executions of one fairness key in flight per partition (times the job's weight) before
+    due ones are held (schedulers/fairness.py says why the default is what it is)."""
     catch_up_cap: int = 100
     catch_up_window_s: float = 24 * 3600.0
     session_timeout_ms: int = 3000
+    """The schedulers' group session timeout: a member silent this long (SIGKILLed, cut off,
+    frozen) loses its partitions. Set on the group (KIP-848: the broker's setting, bounded by
+    its ``group.consumer.min/max.session.timeout.ms``)."""
+    heartbeat_interval_ms: int = 250
+    """The schedulers' group heartbeat interval: a member learns of a partition given to it
+    (or taken away) at its next heartbeat, so this bounds the hand-off's wait when a scheduler
+    joins or leaves, on top of the session timeout on a failover. Four small requests a second
+    per scheduler."""
     idle_poll_s: float = 0.05
     commit_interval_s: float = 0.2
     """A partition with only bookkeeping to write (states after definitions and results, no
@@ -68,6 +81,11 @@ class SchedulerSettings:
         return self.lease_retention_s / 2
 
     def __post_init__(self) -> None:
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                f"DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be "
+                f"under DUETIME_SESSION_TIMEOUT_MS ({self.session_timeout_ms})"
+            )
         # a rescue window (at least TTL + grace) longer than the horizon could never rescue
         if self.lease_ttl_s + self.rescue_grace_s >= self.rescue_horizon_s:
             raise ConfigError(
@@ -96,12 +114,18 @@ class SchedulerSettings:
             misfire_threshold_s=env.number(
                 "DUETIME_MISFIRE_THRESHOLD_S", cls.misfire_threshold_s, 0.1, 86400
             ),
+            fairness_inflight=env.integer(
+                "DUETIME_SCHEDULER_FAIRNESS_INFLIGHT", cls.fairness_inflight, 1, 100_000
+            ),
             catch_up_cap=env.integer("DUETIME_CATCH_UP_CAP", cls.catch_up_cap, 0, 100_000),
             catch_up_window_s=env.number(
                 "DUETIME_CATCH_UP_WINDOW_S", cls.catch_up_window_s, 0, 30 * 86400
             ),
             session_timeout_ms=env.integer(
                 "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
+            ),
+            heartbeat_interval_ms=env.integer(
+                "DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS", cls.heartbeat_interval_ms, 100, 60_000
             ),
             transaction_timeout_ms=env.integer(
                 "DUETIME_SCHEDULER_TRANSACTION_TIMEOUT_MS",
