@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,11 @@ class StackSettings:
     """1: the single broker; 3: a three-node cluster (replication factor 3, min ISR 2)."""
     cluster_heap_mb: int = CLUSTER_HEAP_MB
     """Each cluster node's heap (three JVMs: the single broker's 512 MB would be too much)."""
+    scratch_kafka: bool = False
+    """Start a stopped single broker on empty storage (the test stack: every test creates and
+    deletes its own topics, so nothing there outlives a session, while the KRaft metadata log of
+    thousands of created and deleted topics grew to where loading it took the broker past its
+    start deadline on a busy machine)."""
 
     @classmethod
     def from_env(cls, env: Env, home: Path | None = None, brokers: int = 1) -> StackSettings:
@@ -124,6 +130,9 @@ class LocalStack:
     def up(self) -> None:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         self.install()
+        # no live broker of ours: nobody uses its storage
+        if self.settings.scratch_kafka and self.settings.brokers == 1 and self.kafka.pid is None:
+            shutil.rmtree(self.kafka.data_dir, ignore_errors=True)
         kafka = self.cluster if self.settings.brokers > 1 else self.kafka
         self.timings_s["kafka_start"] = kafka.start()
         pg = self.postgres

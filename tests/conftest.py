@@ -89,6 +89,7 @@ def services() -> Iterator[Services]:
             controller_port=29093,
             pg_port=25432,
             kafka_heap_mb=512,
+            scratch_kafka=True,
         )
     )
     stack.acquire()  # registers this session and brings the servers up, under the stack's lock
