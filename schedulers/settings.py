@@ -84,7 +84,8 @@ class SchedulerSettings:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(
                 f"DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be "
-                f"under DUETIME_SESSION_TIMEOUT_MS ({self.session_timeout_ms})"
+                f"under DUETIME_SESSION_TIMEOUT_MS ({self.session_timeout_ms})",
+                details={"variable": "DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS"},
             )
         # a rescue window (at least TTL + grace) longer than the horizon could never rescue
         if self.lease_ttl_s + self.rescue_grace_s >= self.rescue_horizon_s:
