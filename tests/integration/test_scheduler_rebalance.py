@@ -75,15 +75,17 @@ def test_a_join_and_a_leave_move_only_the_partitions_that_change_owner(
                 )
                 ids.append(job.job_id)
 
-        b = start(settings, "b")
-        wait_for(lambda: split(a, b, settings.partitions), 30, "a and b to split the partitions")
+        joined = b = start(settings, "b")
+        wait_for(
+            lambda: split(a, joined, settings.partitions), 30, "a and b to split the partitions"
+        )
         kept = owners(a)
         # what a kept was never revoked: the same owners, not restored afresh
         assert all(kept[p] is before[p] for p in kept), "a kept partition was taken again"
-        assert set(before) - set(kept) == set(owners(b))
+        assert set(before) - set(kept) == set(owners(joined))
 
-        moved = owners(b)
-        b.stop()
+        moved = owners(joined)
+        joined.stop()
         b = None
         wait_for(lambda: a.owned() == settings.partitions, 30, "a to take b's partitions back")
         after = owners(a)
