@@ -16,13 +16,17 @@ round, the modes interleaved so that a change in the machine's load hits all of 
   bucket is read and written by every claim, never empty;
 - ``both``: the two together.
 
-The cost of a mode is 1 - its median throughput / the median of ``off``. Results:
-bench/results/worker-limits.json and .png.
+The cost of a mode is 1 - its median throughput / the median of ``off``. Every run also
+records its limited claims (round trips, mean batch, mean round trip: the lease metrics the
+workers expose) and the machine's 1-minute load average before and after it, so that a cost
+can be read against what else ran. ``--modes off,both`` runs a subset (a profile with
+``DUETIME_BENCH_PROFILE=worker``). Results: bench/results/worker-limits.json and .png.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from contextlib import ExitStack
 from typing import Any
@@ -58,7 +62,22 @@ def limits_of(mode: str) -> dict[str, Any]:
     }[mode]
 
 
+def limited_claims(metrics: dict[str, float]) -> dict[str, float]:
+    """The limited claims' figures from the workers' summed lease metrics (``scrape``)."""
+    batches = metrics.get("claim_limited_size_count", 0.0)
+    if not batches:
+        return {}
+    return {
+        "round_trips": int(batches),
+        "mean_batch": round(metrics.get("claim_limited_size_sum", 0.0) / batches, 1),
+        "mean_round_trip_ms": round(
+            1000 * metrics.get("claim_limited_seconds_sum", 0.0) / batches, 2
+        ),
+    }
+
+
 def one_run(base: Any, topics: ExitStack, mode: str, workers: int, jobs: int) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     common = topics.enter_context(fresh(base))
     limits = limits_of(mode)
     produce_requests(common, jobs, lambda i: {"payload_json": f'{{"k": {i % KEYS}}}', **limits})
@@ -73,23 +92,31 @@ def one_run(base: Any, topics: ExitStack, mode: str, workers: int, jobs: int) ->
     first_start = min(r[0][0] for r in results.running.values()) / 1000
     run = summarize_run(f"{mode}, {workers} workers", results, jobs, first_start, metrics, workers)
     run["mode"] = mode
+    run["claim_limited"] = limited_claims(metrics)
+    run["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return run
 
 
-def scenario_drain(workers: int, jobs: int, rounds: int) -> dict[str, Any]:
+def scenario_drain(
+    workers: int, jobs: int, rounds: int, modes: tuple[str, ...] = MODES
+) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with stack(PARTITIONS) as base, ExitStack() as topics:
         for round_no in range(rounds):
             # interleaved, and the order turned each round: no mode always runs first
-            order = MODES if round_no % 2 == 0 else tuple(reversed(MODES))
+            order = modes if round_no % 2 == 0 else tuple(reversed(modes))
             for mode in order:
                 runs.append(one_run(base, topics, mode, workers, jobs))
                 runs[-1]["round"] = round_no + 1
     median = {
         mode: statistics.median(r["throughput_jobs_per_s"] for r in runs if r["mode"] == mode)
-        for mode in MODES
+        for mode in modes
     }
-    cost = {m: round(100 * (1 - median[m] / median["off"]), 1) for m in MODES if m != "off"}
+    cost = (
+        {m: round(100 * (1 - median[m] / median["off"]), 1) for m in modes if m != "off"}
+        if "off" in median
+        else {}
+    )
     result = {
         "scenario": "worker-limits",
         "jobs": jobs,
@@ -105,10 +132,10 @@ def scenario_drain(workers: int, jobs: int, rounds: int) -> dict[str, Any]:
             "worker_concurrency": WORKER_CONCURRENCY,
             "target": NOOP,
             "keys": KEYS,
-            "limits": {m: limits_of(m) for m in MODES},
+            "limits": {m: limits_of(m) for m in modes},
             "measured": "first start → last success (worker only, requests written ahead)",
             "command": f"./run bench limits drain --workers {workers} --jobs {jobs} "
-            f"--rounds {rounds}",
+            f"--rounds {rounds}" + ("" if modes == MODES else f" --modes {','.join(modes)}"),
         },
     }
     plot_series(
@@ -119,7 +146,7 @@ def scenario_drain(workers: int, jobs: int, rounds: int) -> dict[str, Any]:
                 [r["round"] for r in runs if r["mode"] == mode],
                 [r["throughput_jobs_per_s"] for r in runs if r["mode"] == mode],
             )
-            for mode in MODES
+            for mode in modes
         },
         "round",
         "executions per second",
@@ -135,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES)
+    )
     args = parser.parse_args(argv)
-    result = scenario_drain(args.workers, args.jobs, args.rounds)
+    modes = tuple(m for m in MODES if m in args.modes.split(","))
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown or not modes:
+        parser.error(f"--modes: unknown {sorted(unknown)}; choose from {', '.join(MODES)}")
+    result = scenario_drain(args.workers, args.jobs, args.rounds, modes)
     return 0 if result["lost"] == 0 and result["duplicates"] == 0 else 1

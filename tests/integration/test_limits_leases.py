@@ -10,6 +10,9 @@ import time
 import uuid
 
 import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from duetime.consumers.worker.leases import LIMITED, Limits
 from duetime.core.keys import take_token
@@ -202,3 +205,131 @@ def test_both_limits_take_a_token_only_with_a_slot(database_url: str) -> None:
             await a.close()
 
     asyncio.run(scenario())
+
+
+# --- migration 0012: the batch admitted at once must be what version 9's loop admits --------
+
+_CLAIM_LIMITED_SQL = """
+SELECT execution_id, token, waiting FROM duetime_claim_limited(
+    'model', 30.0, %(ids)s::uuid[], %(attempts)s::int[], %(jobs)s::text[], %(runs)s::text[],
+    %(ckeys)s::text[], %(climits)s::int[], %(rkeys)s::text[], %(rates)s::float8[],
+    %(bursts)s::int[])
+"""
+_SLOW_RATE = 1e-9
+"""Tokens per second in the model's buckets: no measurable refill while a batch runs."""
+
+_batch = st.lists(
+    st.tuples(
+        st.sampled_from([None, 0, 1, 2]),  # concurrency key
+        st.integers(1, 4),  # its limit (executions of one key may carry different limits)
+        st.sampled_from([None, 0, 1, 2]),  # rate key
+        st.booleans(),  # a redelivery of a lease held already (not claimable)
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def _loop_model(
+    batch: list[tuple[int | None, int, int | None, bool]],
+    live: dict[int, int],
+    tokens: dict[int, float],
+) -> list[str | None]:
+    """Version 9's admission loop: per execution, in order, ``None`` (admitted), the limit
+    that refuses it, or ``blocked`` (not claimable: the caller inspects it)."""
+    live, tokens = dict(live), dict(tokens)
+    answers: list[str | None] = []
+    for ckey, climit, rkey, blocked in batch:
+        if blocked:
+            answers.append("blocked")
+        elif ckey is not None and live[ckey] >= climit:
+            answers.append("concurrency")
+        elif rkey is not None and tokens[rkey] < 1:
+            answers.append("rate")
+        else:
+            answers.append(None)
+            if ckey is not None:
+                live[ckey] += 1
+            if rkey is not None:
+                tokens[rkey] -= 1
+    return answers
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    batch=_batch,
+    held=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    start_tokens=st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 6.0]), min_size=3, max_size=3),
+)
+def test_a_batch_is_admitted_exactly_as_the_loop_would(
+    database_url: str,
+    batch: list[tuple[int | None, int, int | None, bool]],
+    held: list[int],
+    start_tokens: list[float],
+) -> None:
+    """Whatever the batch (keys, limits, free slots, tokens, redeliveries), the claim admits
+    and refuses exactly what version 9's loop did, and leaves the buckets as it did: the
+    all-fit shortcut of migration 0012 changes the cost, never an answer."""
+    suffix = uuid.uuid4().hex[:8]
+    ckeys = {k: f"c{k}-{suffix}" for k in range(3)}
+    rkeys = {k: f"r{k}-{suffix}" for k in range(3)}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # the keys' live slots (held leases of other executions) and their buckets
+        holders = [(new_id(), ckeys[k]) for k, n in enumerate(held) for _ in range(n)]
+        blocked_ids = iter([new_id() for _ in batch])
+        redelivered = [next(blocked_ids) for _ in batch]
+        for eid, key in holders:
+            conn.execute(
+                "INSERT INTO leases (execution_id, attempt, owner, fencing_token, expires_at,"
+                " state, concurrency_key) VALUES (%s, 1, 'other', nextval('lease_fencing_tokens'),"
+                " now() + interval '1 hour', 'held', %s)",
+                (eid, key),
+            )
+        for eid in redelivered:  # held elsewhere, outside every key: only a redelivery sees it
+            conn.execute(
+                "INSERT INTO leases (execution_id, attempt, owner, fencing_token, expires_at,"
+                " state) VALUES (%s, 1, 'other', nextval('lease_fencing_tokens'),"
+                " now() + interval '1 hour', 'held')",
+                (eid,),
+            )
+        for k, tokens in enumerate(start_tokens):
+            conn.execute(
+                "INSERT INTO rate_buckets (key, tokens, refilled_at, full_at)"
+                " VALUES (%s, %s, now(), now() + interval '1 hour')",
+                (rkeys[k], tokens),
+            )
+        ids = [
+            redelivered[i] if blocked else new_id() for i, (_, _, _, blocked) in enumerate(batch)
+        ]
+        rows = conn.execute(
+            _CLAIM_LIMITED_SQL,
+            {
+                "ids": ids,
+                "attempts": [1] * len(batch),
+                "jobs": ["job"] * len(batch),
+                "runs": [None] * len(batch),
+                "ckeys": [None if c is None else ckeys[c] for c, _, _, _ in batch],
+                "climits": [limit for _, limit, _, _ in batch],
+                "rkeys": [None if r is None else rkeys[r] for _, _, r, _ in batch],
+                "rates": [_SLOW_RATE] * len(batch),
+                "bursts": [10] * len(batch),
+            },
+        ).fetchall()
+        answered = {row[0]: ("claimed" if row[1] is not None else row[2]) for row in rows}
+        got = [answered.get(eid, "blocked") for eid in ids]
+        expected = _loop_model(batch, dict(enumerate(held)), dict(enumerate(start_tokens)))
+        assert got == ["claimed" if a is None else a for a in expected]
+        # each bucket spent one token per lease taken of its key
+        spent = {k: 0 for k in range(3)}
+        for (_, _, rkey, _), answer in zip(batch, expected, strict=True):
+            if answer is None and rkey is not None:
+                spent[rkey] += 1
+        for k in range(3):
+            (left,) = conn.execute(  # type: ignore[misc]
+                "SELECT tokens FROM rate_buckets WHERE key = %s", (rkeys[k],)
+            ).fetchone()
+            assert left == pytest.approx(start_tokens[k] - spent[k], abs=1e-3)
