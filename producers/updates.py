@@ -40,7 +40,7 @@ UPDATABLE = JOB_KEYS - _FIXED
 CURRENT_SQL = (
     "SELECT name, schedule::text, priority, target::text, payload::text, retry::text, timeout_s, "
     "misfire, overlap, labels::text, dag_id::text, dag_key, depends_on, revision, created_at, "
-    "status, start_within_s, queue, concurrency::text, rate_limit::text "
+    "status, start_within_s, queue, concurrency::text, rate_limit::text, fairness::text "
     "FROM jobs WHERE job_id = %s FOR UPDATE"
 )
 """The row an update starts from, locked until the updater's transaction ends (JSON as text:
@@ -65,6 +65,7 @@ def current_body(job_id: str, row: tuple[Any, ...]) -> tuple[dict[str, Any], int
     labels, dag_id, dag_key, depends_on, revision, created_at, status, start_within_s = row[9:17]
     queue = row[17]
     concurrency, rate_limit = row[18:20]
+    fairness = row[20]
 
     def decoded(value: Any) -> Any:
         return None if value is None else json.loads(value)
@@ -88,6 +89,7 @@ def current_body(job_id: str, row: tuple[Any, ...]) -> tuple[dict[str, Any], int
         "queue": queue,
         "concurrency": decoded(concurrency),
         "rate_limit": decoded(rate_limit),
+        "fairness": decoded(fairness),
     }
     return body, int(revision), created_at, Status(status)
 

@@ -40,6 +40,7 @@ from duetime.core.dag import REPAIR_REASON
 from duetime.core.errors import IllegalTransition
 from duetime.core.inputs import MAX_TIME_MS, check_number
 from duetime.core.jobspec import MAX_TIMEOUT_S, _dt, _ms, same_job, schedule_of
+from duetime.core.keys import KeyTemplateError, parse_template, resolve_key
 from duetime.core.models import (
     ControlKind,
     DagRunEventKind,
@@ -79,6 +80,8 @@ from duetime.core.schedule import (
 from duetime.core.states import TERMINAL, Event, transition
 from duetime.core.topics import check_queue
 
+from .fairness import DEFAULT_INFLIGHT
+
 log = logging.getLogger("duetime.scheduler")
 
 _EXECUTION_NS = uuid.UUID("6f9f3c1e-5d1b-4c1e-9a63-6a0d7e1f2b10")
@@ -105,6 +108,9 @@ class Policy:
     """Slack on top of timeout + lease TTL before a missing result counts as lost."""
     max_rescues: int = 3
     """Re-emissions of one attempt before it fails with reason ``lost``."""
+    fairness_inflight: int = DEFAULT_INFLIGHT
+    """Executions of one fairness key in flight per partition, times the job's weight
+    (DUETIME_SCHEDULER_FAIRNESS_INFLIGHT): beyond it, due executions of the key are held."""
     rescue_horizon_ms: int = 7 * 24 * 3600 * 1000 // 2
     """No rescue of an attempt that became due longer ago than this: half the workers' finished
     lease retention (DUETIME_LEASE_RETENTION_S), so a copy has the other half to reach a worker
@@ -206,6 +212,7 @@ def wake_at_ms(state: SchedulerState) -> int | None:
     candidates = [
         e.due_at_ms if e.status is Status.FAILED or e.deadline_ms is None else e.deadline_ms
         for e in state.inflight
+        if not e.held  # released by the partition's fairness gate, not by the timer
     ]
     if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
         candidates.append(fire_ms(state, state.next_run_at_ms))
@@ -319,6 +326,8 @@ def _check_definition(definition: JobDefinition) -> None:
     elif schedule is not None:
         _check_time(schedule.at_ms, "schedule.at_ms")
     retry_policy_of(definition)  # RetryPolicy validates its numbers when built
+    if definition.fairness is not None:  # refused here, not at every execution it would hold
+        fairness_key_of(definition)
 
 
 def _check_uuid(value: str, name: str) -> None:
@@ -445,8 +454,9 @@ def _cancel(
     _move(state, Event.CANCEL)
     state.next_run_at_ms = None
     state.queued_occurrence_ms = None
-    # retries waiting for their backoff will not run: no further runs
-    state.inflight = [e for e in state.inflight if e.status is not Status.FAILED]
+    # retries waiting for their backoff, and executions held for fairness (never emitted),
+    # will not run: no further runs
+    state.inflight = [e for e in state.inflight if e.status is not Status.FAILED and not e.held]
     for backfill in state.backfills:  # no further runs: what is left of a backfill is dropped
         backfill.after_ms = backfill.to_ms
     if not is_dag_trigger(state):
@@ -672,7 +682,7 @@ def _arm_deadlines(state: SchedulerState, now_ms: int, policy: Policy) -> None:
     one place, whatever path emitted it."""
     window = policy.rescue_window_ms(state.definition)
     for entry in state.inflight:
-        if entry.deadline_ms is None and entry.status in _LIVE:
+        if entry.deadline_ms is None and entry.status in _LIVE and not entry.held:
             entry.deadline_ms = now_ms + window
 
 
@@ -714,7 +724,12 @@ def on_result(
     if state is None:
         return state, out
     entry = next((e for e in state.inflight if e.execution_id == result.execution_id), None)
-    if entry is None or entry.attempt != result.attempt or result.lease_token < entry.lease_token:
+    if (
+        entry is None
+        or entry.held  # this attempt was never emitted: a report of it is stale or forged
+        or entry.attempt != result.attempt
+        or result.lease_token < entry.lease_token
+    ):
         return state, out
     entry.lease_token = result.lease_token
     if result.status is ResultStatus.RUNNING:
@@ -895,15 +910,20 @@ def fire_due(
     occurrence."""
     out = Outputs()
     for entry in list(state.inflight):  # a lost attempt with no retry left leaves the list
+        if entry.held:
+            continue  # the fairness gate releases it
         if entry.status in _LIVE:
             _check_deadline(state, entry, now_ms, policy, out)
         elif entry.status is Status.FAILED and entry.due_at_ms <= now_ms:
             entry.attempt += 1
             entry.status = Status.QUEUED
             entry.rescues = 0
-            out.executions.append(
-                execution_request(state, entry, now_ms, trigger=Trigger.RETRY, due=entry.due_at_ms)
-            )
+            if not _hold(state, entry):
+                out.executions.append(
+                    execution_request(
+                        state, entry, now_ms, trigger=Trigger.RETRY, due=entry.due_at_ms
+                    )
+                )
             _move(state, Event.RETRY_DUE)
             out.state_changed = True
     next_ms = state.next_run_at_ms
@@ -1090,8 +1110,64 @@ def _emit(
     # whatever the previous occurrence ended in, the job now has a queued execution (a paused
     # or cancelled job keeps its status: the table's self-loops)
     _move(state, _QUEUE_EVENT.get(trigger, Event.QUEUE))
-    out.executions.append(execution_request(state, entry, now_ms))
+    if not _hold(state, entry):
+        out.executions.append(execution_request(state, entry, now_ms))
     out.state_changed = True
+
+
+# --- fairness keys (issue 18, item 4) ------------------------------------------------------
+#
+# An execution of a job with a fairness key is *held* when it falls due (a first attempt or a
+# retry): queued in the job's state, no request emitted, no deadline, not woken by the timer.
+# The partition's gate (schedulers/fairness.py) counts each key's executions in flight and
+# releases held ones (``release_held``) while the key is under its cap. Rescues re-emit
+# executions already in flight, so they are never held.
+
+
+@functools.lru_cache(maxsize=4096)
+def _fairness_key(template: str, payload_json: str) -> str:
+    return resolve_key(parse_template(template), json.loads(payload_json))
+
+
+def fairness_key_of(definition: JobDefinition) -> str | None:
+    """The job's resolved fairness key (None: it has none); ValueError naming the field when
+    its template does not resolve against the payload (a definition written past the API)."""
+    if definition.fairness is None:
+        return None
+    try:
+        return _fairness_key(definition.fairness.key, definition.payload_json)
+    except KeyTemplateError as exc:
+        raise ValueError(f"fairness.key {exc}") from None
+
+
+def _hold(state: SchedulerState, entry: InflightExecution) -> bool:
+    """Hold a due attempt for the fairness gate when the job has a fairness key."""
+    key = fairness_key_of(state.definition)
+    if key is None:
+        return False
+    entry.fairness_key = key
+    entry.held = True
+    entry.deadline_ms = None
+    return True
+
+
+def release_held(
+    state: SchedulerState, key: str, now_ms: int, policy: Policy = DEFAULT_POLICY
+) -> Outputs:
+    """Emit the job's earliest held execution of fairness key ``key`` (the gate found credit
+    for it): the request it would have had when it fell due, and its rescue deadline."""
+    out = Outputs()
+    held = [e for e in state.inflight if e.held and e.fairness_key == key]
+    if not held:
+        return out
+    entry = min(held, key=lambda e: e.due_at_ms)
+    entry.held = False
+    trigger = Trigger.RETRY if entry.attempt > 1 else entry.trigger
+    out.executions.append(execution_request(state, entry, now_ms, trigger=trigger))
+    _arm_deadlines(state, now_ms, policy)
+    state.updated_at_ms = now_ms
+    out.state_changed = True
+    return out
 
 
 # --- DAG runs ----------------------------------------------------------------------------
@@ -1289,4 +1365,6 @@ def execution_request(
         # the templates as written: the worker resolves the keys (docs/decisions.md)
         concurrency=definition.concurrency,
         rate_limit=definition.rate_limit,
+        fairness_key=entry.fairness_key,
+        fairness_weight=1 if definition.fairness is None else definition.fairness.weight,
     )

@@ -32,6 +32,11 @@ PENDING = Gauge(
     "duetime_scheduler_pending_jobs", "Jobs with a wake-up time per owned partition", ["partition"]
 )
 OWNED = Gauge("duetime_scheduler_owned_partitions", "Partitions this scheduler owns")
+FAIRNESS_HELD = Gauge(
+    "duetime_scheduler_fairness_held",
+    "Due executions held per owned partition because their fairness key has its cap in flight",
+    ["partition"],
+)
 RESTORE_SECONDS = Histogram(
     "duetime_scheduler_restore_seconds", "Time to restore a partition from its changelog"
 )

@@ -37,7 +37,7 @@ import logging
 import random
 import signal
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +50,7 @@ from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.errors import ConfigError, DecodeError
 from duetime.core.models import PRIORITY_ORDER, Priority
 from duetime.core.poison import PRODUCER_MAX_BYTES
-from duetime.core.priority import Waiting, select_next
+from duetime.core.priority import FairQueue, Waiting, select_next
 from duetime.core.records import ExecutionRequest
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -77,8 +77,8 @@ _RESUME_BELOW = 0.8  # resume paused topics below this share of the buffer (hyst
 class _State:
     """Everything the loop tracks about fetched records (touched only on the loop)."""
 
-    queues: dict[Priority, deque[Waiting]] = field(
-        default_factory=lambda: {p: deque() for p in PRIORITY_ORDER}
+    queues: dict[Priority, FairQueue] = field(
+        default_factory=lambda: {p: FairQueue() for p in PRIORITY_ORDER}
     )
     items: dict[str, Item] = field(default_factory=dict)
     running: dict[Priority, int] = field(default_factory=lambda: dict.fromkeys(PRIORITY_ORDER, 0))
@@ -406,7 +406,9 @@ class Worker:
                 item.limit_error = str(exc)
         self.state.items[key] = item
         self.state.outstanding[priority] += 1
-        self.state.queues[priority].append(Waiting(time.monotonic(), key))
+        self.state.queues[priority].append(
+            Waiting(time.monotonic(), key, request.fairness_key, request.fairness_weight)
+        )
 
     # --- starting work --------------------------------------------------------------------
 
@@ -669,7 +671,7 @@ class Worker:
         """Forget queued (not started) items matching ``which``; their owner redelivers them."""
         st = self.state
         for priority, queue in st.queues.items():
-            keep: deque[Waiting] = deque()
+            keep = FairQueue()  # the keys' turns start afresh: a rebalance is rare
             for waiting in queue:
                 item = st.items.get(waiting.key)
                 if item is None:

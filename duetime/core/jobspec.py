@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,6 +83,7 @@ _KEYS = frozenset(
         "queue",
         "concurrency",
         "rate_limit",
+        "fairness",
     }
 )
 CONTENT_FIELDS = (
@@ -103,6 +104,7 @@ CONTENT_FIELDS = (
     "queue",
     "concurrency",
     "rate_limit",
+    "fairness",
 )
 """The fields that make a definition; two definitions equal on these are the same job."""
 
@@ -340,6 +342,7 @@ def build_job(
         "queue": queue_of(body.get("queue", DEFAULT_QUEUE)),
         "concurrency": concurrency_of(body.get("concurrency"), body.get("payload")),
         "rate_limit": rate_limit_of(body.get("rate_limit"), body.get("payload")),
+        "fairness": fairness_of(body.get("fairness"), body.get("payload")),
     }
     if start_within_s is not None and (definition["dag_id"] or depends_on):
         # the DAG resolver knows no expired node yet: the run would wait for it forever
@@ -354,32 +357,40 @@ def _limit_error(name: str, exc: keys.KeyTemplateError) -> ValidationError:
     """The 422 of a limit, naming its sub-field when the message starts with one."""
     message = str(exc)
     sub = message.split(" ", 1)[0]
-    if sub in ("key", "limit", "per_s", "burst"):
+    if sub in ("key", "limit", "per_s", "burst", "weight"):
         return ValidationError(f"{name}.{message}", field=f"{name}.{sub}")
     return ValidationError(f"{name} {message}", field=name)
+
+
+def _keyed(
+    name: str, raw: Any, payload: Any, check: Callable[[Any, Any], tuple[Any, ...]], *fields: str
+) -> dict[str, Any] | None:
+    """A keyed option (a limit, fairness): null, or its ``fields`` as ``check`` returns them
+    (the key template first, resolved against the payload); a 422 naming the sub-field."""
+    if raw is None:
+        return None
+    try:
+        values = check(raw, payload)
+    except keys.KeyTemplateError as exc:
+        raise _limit_error(name, exc) from None
+    return dict(zip(fields, values, strict=True))
 
 
 def concurrency_of(raw: Any, payload: Any) -> dict[str, Any] | None:
     """``concurrency``: null or ``{"key": template, "limit": 1..100000}``; the key template
     must resolve against the job's payload (``duetime.core.keys``)."""
-    if raw is None:
-        return None
-    try:
-        template, limit = keys.check_concurrency(raw, payload)
-    except keys.KeyTemplateError as exc:
-        raise _limit_error("concurrency", exc) from None
-    return {"key": template, "limit": limit}
+    return _keyed("concurrency", raw, payload, keys.check_concurrency, "key", "limit")
 
 
 def rate_limit_of(raw: Any, payload: Any) -> dict[str, Any] | None:
     """``rate_limit``: null or ``{"key": template, "per_s": > 0, "burst": 1..100000}``."""
-    if raw is None:
-        return None
-    try:
-        template, per_s, burst = keys.check_rate_limit(raw, payload)
-    except keys.KeyTemplateError as exc:
-        raise _limit_error("rate_limit", exc) from None
-    return {"key": template, "per_s": per_s, "burst": burst}
+    return _keyed("rate_limit", raw, payload, keys.check_rate_limit, "key", "per_s", "burst")
+
+
+def fairness_of(raw: Any, payload: Any) -> dict[str, Any] | None:
+    """``fairness``: null or ``{"key": template, "weight"?: 1..100 (default 1)}``; the key
+    template must resolve against the job's payload (the scheduler resolves it at fire time)."""
+    return _keyed("fairness", raw, payload, keys.check_fairness, "key", "weight")
 
 
 def queue_of(raw: Any) -> str:
@@ -510,4 +521,5 @@ def job_to_api(definition: JobDefinition) -> dict[str, Any]:
         "queue": definition.queue,
         "concurrency": None if definition.concurrency is None else definition.concurrency.to_avro(),
         "rate_limit": None if definition.rate_limit is None else definition.rate_limit.to_avro(),
+        "fairness": None if definition.fairness is None else definition.fairness.to_avro(),
     }

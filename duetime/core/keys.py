@@ -38,6 +38,7 @@ __all__ = [
     "KeyTemplateError",
     "Template",
     "check_concurrency",
+    "check_fairness",
     "check_rate_limit",
     "parse_template",
     "resolve_key",
@@ -52,6 +53,9 @@ MAX_DEPTH = 8
 MAX_LIMIT = 100_000
 MAX_BURST = 100_000
 MAX_PER_S = 100_000.0
+MAX_WEIGHT = 100
+"""A fairness weight's ceiling: a key's in-flight cap is weight x the scheduler's cap, so this
+bounds one key's share of the execution topics (and keeps the worker's stride exact)."""
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOKEN = re.compile(r"\{\{|\}\}|\{[^{}]*\}|[{}]|[^{}]+")
 
@@ -209,6 +213,15 @@ def check_rate_limit(raw: Any, payload: Any) -> tuple[str, float, int]:
     template = _checked_template(key, payload)
     rate = _number(per_s, "per_s", 0, MAX_PER_S, integer=False)
     return template, rate, int(_number(burst, "burst", 1, MAX_BURST, integer=True))
+
+
+def check_fairness(raw: Any, payload: Any) -> tuple[str, int]:
+    """``{"key": template, "weight"?: 1..MAX_WEIGHT}`` → (template, weight; default 1)."""
+    if isinstance(raw, Mapping) and "weight" not in raw:
+        raw = {**raw, "weight": 1}
+    key, weight = _fields(raw, ("key", "weight"))
+    template = _checked_template(key, payload)
+    return template, int(_number(weight, "weight", 1, MAX_WEIGHT, integer=True))
 
 
 def _checked_template(raw: Any, payload: Any) -> str:

@@ -24,18 +24,28 @@ The policy:
   then on only critical work and the finitely many non-critical executions enqueued before
   it go first, so it starts within bounded time as long as critical work leaves some
   non-critical capacity free.
-- **FIFO within a priority.** Only heads are ever chosen. Within one queue the head is the
-  oldest, hence also the most promoted, so looking at heads only is exact and each call
-  costs O(number of priorities).
+- **Heads only.** Only heads are ever chosen, so each call costs O(number of priorities).
+  A queue without fairness keys is FIFO: its head is the oldest, hence also the most
+  promoted, so looking at heads only is exact.
+- **Fairness within a priority** (issue 18, item 4). A priority's queue is a
+  :class:`FairQueue`: its fairness keys (tenants) take turns by stride scheduling, a key of
+  weight ``w`` getting ``w`` turns for one of a weight-1 key, FIFO within a key. Executions
+  without a key share one key of their own. A key that starts waiting joins at the current
+  turn, so it is served within one round of the keys already waiting, whatever their
+  backlogs. Its head is the next one to start; aging reads that head's age.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from duetime.core.errors import ConfigError
+from duetime.core.keys import MAX_WEIGHT
 from duetime.core.models import PRIORITY_ORDER, Priority
 
 _BEST_AGED_RANK = Priority.HIGH.rank  # aging stops here: it never makes work critical
@@ -47,6 +57,100 @@ class Waiting:
 
     enqueued_at: float
     key: str
+    fairness_key: str | None = None
+    """The execution's tenant (None: none; such executions share one key of their own)."""
+    weight: int = 1
+    """The fairness key's weight (clamped to 1..MAX_WEIGHT: a hostile request cannot stall
+    the stride arithmetic)."""
+
+
+_STRIDE = math.lcm(*range(1, MAX_WEIGHT + 1))
+"""Turn length of a weight-1 key: divisible by every weight, so passes are exact integers."""
+
+
+class FairQueue:
+    """Waiting executions of one priority: weighted round robin across fairness keys, FIFO
+    within a key (stride scheduling: the key with the smallest *pass* goes next and its pass
+    grows by ``_STRIDE / weight``; ties go to the key that started waiting first).
+
+    ``appendleft`` puts an execution back at the head, before every key's turn (it was
+    already chosen and comes back from a wait: a lease held elsewhere, a limit, early
+    arrival). Pure: no clock, no I/O."""
+
+    __slots__ = ("_front", "_keys", "_now", "_seq", "_size", "_turns")
+
+    def __init__(self, items: Iterator[Waiting] | None = None) -> None:
+        self._front: deque[Waiting] = deque()
+        self._keys: dict[str | None, deque[Waiting]] = {}
+        self._turns: list[tuple[int, int, str | None]] = []  # (pass, arrival seq, key)
+        self._now = 0  # the pass of the last turn taken: where a newly waiting key joins
+        self._seq = 0
+        self._size = 0
+        for item in items or ():
+            self.append(item)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def __iter__(self) -> Iterator[Waiting]:
+        """Every waiting execution: the head's returned ones, then each key's in FIFO order
+        (not the turn order: for rebuilding a queue without some of them)."""
+        yield from self._front
+        for queue in self._keys.values():
+            yield from queue
+
+    def __getitem__(self, index: int) -> Waiting:
+        """Only ``[0]``, the next one :meth:`popleft` returns (what ``select_next`` reads)."""
+        if index != 0 or not self._size:
+            raise IndexError(index)
+        if self._front:
+            return self._front[0]
+        return self._keys[self._turns[0][2]][0]
+
+    def append(self, item: Waiting) -> None:
+        key = item.fairness_key
+        queue = self._keys.get(key)
+        if queue is None:
+            self._keys[key] = deque((item,))
+            self._seq += 1
+            heapq.heappush(self._turns, (self._now, self._seq, key))
+        else:
+            queue.append(item)
+        self._size += 1
+
+    def appendleft(self, item: Waiting) -> None:
+        self._front.appendleft(item)
+        self._size += 1
+
+    def popleft(self) -> Waiting:
+        if not self._size:
+            raise IndexError("pop from an empty FairQueue")
+        self._size -= 1
+        if self._front:
+            return self._front.popleft()
+        turn, seq, key = self._turns[0]
+        queue = self._keys[key]
+        item = queue.popleft()
+        self._now = turn
+        if queue:
+            weight = min(max(item.weight, 1), MAX_WEIGHT)
+            heapq.heapreplace(self._turns, (turn + _STRIDE // weight, seq, key))
+        else:
+            heapq.heappop(self._turns)
+            del self._keys[key]
+        return item
+
+
+class HeadQueue(Protocol):
+    """What ``select_next`` reads of a queue: its length and its head (a list, a deque or a
+    :class:`FairQueue`)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Waiting: ...
 
 
 def reserved_slots(slots: int, share: float) -> int:
@@ -74,7 +178,7 @@ def effective_priority(base: Priority, waited_s: float, aging_s: float) -> Prior
 
 
 def select_next(
-    queues: Mapping[Priority, Sequence[Waiting]],
+    queues: Mapping[Priority, HeadQueue],
     running_by_class: Mapping[Priority, int],
     slots: int,
     reserved_critical: int,

@@ -12,7 +12,7 @@ from typing import Any
 
 from .jobspec import schedule_to_api, target_to_api
 from .models import Status
-from .records import ConcurrencyLimit, JobDefinition, RateLimit
+from .records import ConcurrencyLimit, Fairness, JobDefinition, RateLimit
 from .schedule import first_fire, parse_schedule
 
 __all__ = [
@@ -48,6 +48,7 @@ JOB_DEFINITION_COLUMNS = (
     "queue",
     "concurrency",
     "rate_limit",
+    "fairness",
 )
 """Columns of the jobs table that come from the definition (highest revision wins)."""
 JOB_STATUS_COLUMNS = ("status", "next_run_at", "status_at", "state_offset")
@@ -94,12 +95,14 @@ def job_row(definition: JobDefinition, *, with_next_run: bool = True) -> Row:
         "queue": definition.queue,
         "concurrency": _limit_json(definition.concurrency),
         "rate_limit": _limit_json(definition.rate_limit),
+        "fairness": _limit_json(definition.fairness),
         "next_run_at": next_run,
         "status_at": dt(definition.created_at_ms),
         "state_offset": -1,
     }
 
 
-def _limit_json(limit: ConcurrencyLimit | RateLimit | None) -> str | None:
-    """A limit as the API shows it (``jobs.concurrency`` / ``jobs.rate_limit``, migration 0009)."""
+def _limit_json(limit: ConcurrencyLimit | RateLimit | Fairness | None) -> str | None:
+    """A limit as the API shows it (``jobs.concurrency`` / ``jobs.rate_limit``, migration 0009;
+    ``jobs.fairness``, migration 0013)."""
     return None if limit is None else json.dumps(limit.to_avro())

@@ -63,6 +63,7 @@ __all__ = [
     "ErrorInfo",
     "ExecutionRequest",
     "ExecutionResult",
+    "Fairness",
     "HttpTarget",
     "InflightExecution",
     "JobDefinition",
@@ -187,6 +188,15 @@ class RateLimit(AvroRecord):
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
+class Fairness(AvroRecord):
+    """A job's fairness key template and weight (the scheduler resolves the key at fire time)."""
+
+    AVRO_NAME: ClassVar[str] = "duetime.Fairness"
+    key: str
+    weight: int = 1
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
 class ErrorInfo(AvroRecord):
     AVRO_NAME: ClassVar[str] = "duetime.ErrorInfo"
     type: str
@@ -244,6 +254,7 @@ class JobDefinition(AvroRecord):
     concurrency: ConcurrencyLimit | None = None
     rate_limit: RateLimit | None = None
     traceparent: str | None = None
+    fairness: Fairness | None = None
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -282,6 +293,8 @@ class ExecutionRequest(AvroRecord):
     queue: str = "default"
     concurrency: ConcurrencyLimit | None = None
     rate_limit: RateLimit | None = None
+    fairness_key: str | None = None
+    fairness_weight: int = 1
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -377,6 +390,8 @@ class InflightExecution(AvroRecord):
     deadline_ms: int | None = None
     queue: str = "default"
     snoozes: int = 0
+    fairness_key: str | None = None
+    held: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -421,6 +436,7 @@ RECORDS: tuple[type[AvroRecord], ...] = (
     RetrySpec,
     ConcurrencyLimit,
     RateLimit,
+    Fairness,
     ErrorInfo,
     AttemptError,
     DagNode,

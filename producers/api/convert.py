@@ -162,6 +162,7 @@ def job_out(row: JobRow) -> dict[str, Any]:
         "queue": row.queue,
         "concurrency": row.concurrency,
         "rate_limit": row.rate_limit,
+        "fairness": row.fairness,
         "misfire": row.misfire,
         "overlap": row.overlap,
         "labels": row.labels,
@@ -226,6 +227,7 @@ def job_spec(row: JobRow) -> dict[str, Any]:
         "queue": row.queue,
         "concurrency": row.concurrency,
         "rate_limit": row.rate_limit,
+        "fairness": row.fairness,
     }
 
 

@@ -99,6 +99,7 @@ class JobRow(_Row):
     queue: str = "default"
     concurrency: Any = None
     rate_limit: Any = None
+    fairness: Any = None
     last_execution: Any = None
     """The job's latest execution as JSON (``to_jsonb``), when the query joined it."""
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from duetime.core.calendars import CALENDAR_NAME_PATTERN, MAX_EXCLUDES
 from duetime.core.jobspec import CALLABLE_REF_PATTERN, TASK_NAME_PATTERN, TOPIC_PATTERN
-from duetime.core.keys import MAX_BURST, MAX_LIMIT, MAX_PER_S, MAX_TEMPLATE_CHARS
+from duetime.core.keys import MAX_BURST, MAX_LIMIT, MAX_PER_S, MAX_TEMPLATE_CHARS, MAX_WEIGHT
 from duetime.core.retry import MAX_DELAY_LIMIT_S, MAX_RETRIES_LIMIT, MIN_BASE_DELAY_S
 from duetime.core.retry_rules import MAX_ERROR_NAME_CHARS, MAX_NON_RETRYABLE
 from duetime.core.schedule import MAX_JITTER_S
@@ -133,6 +133,9 @@ class JobOut(BaseModel):
     )
     rate_limit: dict[str, Any] | None = Field(
         None, description="rate limit per key ({key, per_s, burst}; null: none)"
+    )
+    fairness: dict[str, Any] | None = Field(
+        None, description="fairness key and weight ({key, weight}; null: none)"
     )
     misfire: str
     overlap: str
@@ -551,6 +554,18 @@ _JOB_PROPERTIES: dict[str, Any] = {
         "additionalProperties": False,
         "description": "a token bucket per key shared by all workers: executions over the "
         "rate wait rather than fail",
+    },
+    "fairness": {
+        "type": ["object", "null"],
+        "required": ["key"],
+        "properties": {
+            "key": _LIMIT_KEY_SCHEMA,
+            "weight": {"type": "integer", "minimum": 1, "maximum": MAX_WEIGHT, "default": 1},
+        },
+        "additionalProperties": False,
+        "description": "a fairness key (a tenant): within a priority, keys are served "
+        "round-robin (weighted), so one key's backlog delays another key's executions by "
+        "a few executions at most",
     },
     "misfire": {"enum": ["skip", "run_once", "run_all"], "default": "run_once"},
     "overlap": {"enum": ["skip", "allow", "queue_one"], "default": "skip"},

@@ -176,6 +176,10 @@ def job_flags(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--rate-key", metavar="TEMPLATE", help="the rate limit's key")
     limits.add_argument("--rate-per-s", type=float, metavar="R", help="starts a second")
     limits.add_argument("--rate-burst", type=int, metavar="B", help="starts at once")
+    limits.add_argument(
+        "--fairness-key", metavar="TEMPLATE", help="e.g. {payload.tenant}: keys take turns"
+    )
+    limits.add_argument("--fairness-weight", type=int, metavar="W", help="the key's share (1..100)")
     parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
 
 
@@ -258,11 +262,12 @@ def _create_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _limit_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """``concurrency`` / ``rate_limit`` from their flags, when any of a limit's is given (one
-    missing is then named by the API's 422)."""
+    """``concurrency`` / ``rate_limit`` / ``fairness`` from their flags, when any of a limit's
+    is given (one missing is then named by the API's 422)."""
     flags = {
         "concurrency": {"key": "concurrency_key", "limit": "concurrency_limit"},
         "rate_limit": {"key": "rate_key", "per_s": "rate_per_s", "burst": "rate_burst"},
+        "fairness": {"key": "fairness_key", "weight": "fairness_weight"},
     }
     out: dict[str, Any] = {}
     for limit, names in flags.items():
