@@ -41,6 +41,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from functools import lru_cache
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -190,6 +191,15 @@ def parse_cron(expr: str) -> CronSpec:
         raise _bad_cron("cron expression must be a non-empty string")
     if len(expr) > MAX_EXPR_CHARS:
         raise _bad_cron(f"cron expression is longer than {MAX_EXPR_CHARS} characters")
+    return _parse_cron(expr)
+
+
+@lru_cache(maxsize=4096)
+def _parse_cron(expr: str) -> CronSpec:
+    """A valid expression's spec, kept: one create parses its schedule three times (validation,
+    the record, the row's first run) and a deployment has few distinct expressions. CronSpec
+    is frozen (tuples and frozensets), so sharing one is safe; an invalid expression raises
+    and is not kept. Bounded, and keyed by strings of at most MAX_EXPR_CHARS."""
     text = expr.strip()
     if text.startswith("@"):
         if text.lower() not in _MACROS:

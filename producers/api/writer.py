@@ -48,7 +48,9 @@ class Writer:
 
         result = publish(on_delivery)
         try:
-            err = await asyncio.wait_for(future, self.timeout_s)
+            # asyncio.timeout, not wait_for: wait_for (3.11) wraps the future in a new task
+            async with asyncio.timeout(self.timeout_s):
+                err = await future
         except TimeoutError:
             raise Unavailable(
                 f"Kafka did not acknowledge the write within {self.timeout_s:.0f} s"
