@@ -32,7 +32,14 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from duetime.core.keys import MAX_BURST, MAX_LIMIT, MAX_PER_S, parse_template, resolve_key
+from duetime.core.keys import (
+    MAX_BURST,
+    MAX_LIMIT,
+    MAX_PER_S,
+    Template,
+    parse_template,
+    resolve_key,
+)
 from duetime.core.models import PRIORITY_ORDER, Priority
 from duetime.core.records import ExecutionRequest
 
@@ -72,12 +79,12 @@ def resolve(request: ExecutionRequest) -> Limits | None:
     c, r = request.concurrency, request.rate_limit
     if c is None and r is None:
         return None
-    payload = json.loads(request.payload_json)
-    ckey = rkey = None
-    if c is not None:
-        ckey = _resolved("concurrency.key", c.key, payload)
-    if r is not None:
-        rkey = _resolved("rate_limit.key", r.key, payload)
+    ctemplate = c.key if c is not None else None
+    rtemplate = r.key if r is not None else None
+    if len(request.payload_json) <= _CACHED_PAYLOAD_CHARS:
+        ckey, rkey = _keys_cached(ctemplate, rtemplate, request.payload_json)
+    else:
+        ckey, rkey = _keys(ctemplate, rtemplate, request.payload_json)
     return Limits(
         concurrency_key=ckey,
         concurrency_limit=c.limit if c is not None else 0,
@@ -87,9 +94,37 @@ def resolve(request: ExecutionRequest) -> Limits | None:
     )
 
 
-def _resolved(name: str, template: str, payload: object) -> str:
+def _keys(
+    ctemplate: str | None, rtemplate: str | None, payload_json: str
+) -> tuple[str | None, str | None]:
+    """The resolved (concurrency, rate) keys; the payload is parsed only when a template
+    reads it (a constant key costs no JSON parsing)."""
+    named = (("concurrency.key", ctemplate), ("rate_limit.key", rtemplate))
+    parsed = {name: _template(name, t) for name, t in named if t is not None}
+    reads = any(t.paths for t in parsed.values())
+    payload = json.loads(payload_json) if reads else None
+    keys = {name: _resolved(name, t, payload) for name, t in parsed.items()}
+    return keys.get("concurrency.key"), keys.get("rate_limit.key")
+
+
+_CACHED_PAYLOAD_CHARS = 1024
+"""Payloads up to this size have their keys remembered (a recurring job's requests carry the
+same payload: one JSON parse for all of them); larger ones are parsed every time, so the
+cache holds at most ~4 MB of payload text."""
+_keys_cached = functools.lru_cache(maxsize=4096)(_keys)
+"""Pure (same templates and payload, same keys); a template that fails raises, not cached."""
+
+
+def _template(name: str, template: str) -> Template:
     try:
-        return resolve_key(_parsed(template), payload)
+        return _parsed(template)
+    except ValueError as exc:
+        raise type(exc)(f"{name} {exc}") from None
+
+
+def _resolved(name: str, template: Template, payload: object) -> str:
+    try:
+        return resolve_key(template, payload)
     except ValueError as exc:
         raise type(exc)(f"{name} {exc}") from None
 

@@ -134,6 +134,68 @@ def test_resolve_reads_the_payload_and_names_the_field() -> None:
         limits.resolve(_request(rate_limit=RateLimit(key="{payload.zone}", per_s=1, burst=1)))
 
 
+_scalars = st.one_of(st.text(max_size=8), st.integers(-(10**6), 10**6), st.booleans(), st.none())
+
+
+@given(
+    tenant=_scalars,
+    pad=st.sampled_from([0, 2000]),  # a payload the cache does not keep, and one it does
+    ctemplate=st.sampled_from([None, "t-{payload.tenant}", "fixed", "{payload.missing}", "{"]),
+    rtemplate=st.sampled_from([None, "{payload.tenant}/r", "r"]),
+    repeat=st.integers(1, 3),
+)
+def test_resolve_answers_the_same_cached_or_not(
+    tenant: object, pad: int, ctemplate: str | None, rtemplate: str | None, repeat: int
+) -> None:
+    """The remembered keys of a payload (up to 1 KB) are what resolving it anew gives, every
+    time: the same keys, or the same error naming the field."""
+    import json
+
+    payload = json.dumps({"tenant": tenant, "pad": "x" * pad})
+    request = replace(
+        _request(
+            concurrency=None if ctemplate is None else ConcurrencyLimit(key=ctemplate, limit=2),
+            rate_limit=None if rtemplate is None else RateLimit(key=rtemplate, per_s=1, burst=1),
+        ),
+        payload_json=payload,
+    )
+
+    def outcome(resolve: Any) -> object:
+        try:
+            return resolve()
+        except ValueError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def fresh() -> tuple[str | None, str | None]:
+        return limits._keys(ctemplate, rtemplate, payload)
+
+    expected = outcome(fresh)
+    for _ in range(repeat):
+        got = outcome(lambda: limits.resolve(request))
+        if isinstance(expected, str):
+            assert got == expected
+            assert expected.startswith("KeyTemplateError: ") and (
+                "concurrency.key" in expected or "rate_limit.key" in expected
+            )
+        elif got is not None:
+            assert isinstance(got, Limits)
+            assert (got.concurrency_key, got.rate_key) == expected
+        else:
+            assert ctemplate is None and rtemplate is None
+
+
+def test_a_constant_key_does_not_parse_the_payload() -> None:
+    """A key without placeholders resolves whatever the payload (it is never read)."""
+    request = replace(
+        _request(concurrency=ConcurrencyLimit(key="one-at-a-time", limit=1)),
+        payload_json="not json {",
+    )
+    got = limits.resolve(request)
+    assert got is not None and got.concurrency_key == "one-at-a-time"
+    with pytest.raises(ValueError):  # a key reading that payload: the parse error, as before
+        limits.resolve(replace(request, concurrency=ConcurrencyLimit(key="{payload.a}", limit=1)))
+
+
 @pytest.mark.parametrize(
     "extra",
     [
