@@ -240,11 +240,13 @@ class PartitionOwner:
 
     # --- restore --------------------------------------------------------------------------
 
-    def restore(self) -> tuple[int, float]:
-        """Rebuild the store from the partition's state changelog; (records, seconds)."""
+    def restore(self, consumer: Consumer | None = None) -> tuple[int, float]:
+        """Rebuild the store from the partition's state changelog; (records, seconds).
+        ``consumer``: a group-less reader of its own, for a restore off the main thread (the
+        owner's restore consumer otherwise)."""
         started = time.monotonic()
         tp = TopicPartition(self.topics.state, self.partition, OFFSET_BEGINNING)
-        c = self._restore_consumer
+        c = self._restore_consumer if consumer is None else consumer
         c.assign([tp])
         low, high = watermarks(c, self.topics.state, self.partition)
         shares: dict[str, Share] = {}

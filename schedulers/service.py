@@ -33,6 +33,7 @@ from duetime.schemas.codec import Codec
 
 from . import logic, metrics, skew
 from .partition import PartitionLost, PartitionOwner
+from .restores import Restored, Restores
 from .settings import SchedulerSettings
 
 log = logging.getLogger("duetime.scheduler")
@@ -71,17 +72,9 @@ class Scheduler:
         # the clients exist from the start (the rebalance callbacks and shutdown use them); the
         # consumer joins the group only when run() subscribes it
         self.consumer: Consumer = self._group_consumer()
-        # the restore reader needs no group: it reads a state partition from its beginning
-        self._restore_consumer: Consumer = kafka.consumer(
-            self.common,
-            f"{self.group_id}-restore",
-            **{
-                "enable.partition.eof": True,
-                # requests on a connection are served in order: a fetch parked for the default
-                # 500 ms would delay every watermark query behind it during a failover
-                "fetch.wait.max.ms": 10,
-            },
-        )
+        self._restore_consumer: Consumer = self._restore_reader()
+        self.restores = Restores(self._build, self._restore_reader)
+        """Partitions assigned here, being fenced and restored off the loop (restores.py)."""
         self.on_restored: Callable[[int, int, float], None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
         self._lost: dict[int, PartitionOwner | None] = {}
@@ -106,6 +99,19 @@ class Scheduler:
         """Subscribed to the schedulers' group (left while the clock stays bad)."""
         self._held_inputs: set[tuple[str, int]] = set()
         """Input partitions paused at a record that would emit while firing is stopped."""
+
+    def _restore_reader(self) -> Consumer:
+        # the restore reader needs no group: it reads a state partition from its beginning
+        return kafka.consumer(
+            self.common,
+            f"{self.group_id}-restore",
+            **{
+                "enable.partition.eof": True,
+                # requests on a connection are served in order: a fetch parked for the default
+                # 500 ms would delay every watermark query behind it during a failover
+                "fetch.wait.max.ms": 10,
+            },
+        )
 
     def _group_consumer(self) -> Consumer:
         # KIP-848: incremental rebalances (a member joining or leaving moves only the
@@ -137,8 +143,8 @@ class Scheduler:
             ],
         )
         try:
-            futures = kafka.admin(self.common).incremental_alter_configs([resource])
-            for future in futures.values():
+            admin = kafka.admin(self.common)  # kept referenced: its destruction fails the call
+            for future in admin.incremental_alter_configs([resource]).values():
                 future.result(timeout=10)
         except Exception as exc:  # refused, timed out, or not a KIP-848-capable broker
             log.warning(
@@ -193,6 +199,7 @@ class Scheduler:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        self.restores.close()
         for p, owner in list(self.owners.items()):
             self._flush(owner, self.consumer)
             self._drop(p)
@@ -204,6 +211,8 @@ class Scheduler:
     # --- the loop -------------------------------------------------------------------------
 
     def _cycle(self) -> None:
+        if self.restores.pending():
+            self._install_restored()
         msgs = kafka.read_batch(self.consumer, self.settings.batch_size, self._poll_timeout_s())
         now_ms = self.clock.now_ms()
         # judged on the very reading the cycle fires with: a clock stepped since the last
@@ -299,6 +308,8 @@ class Scheduler:
         # LeaveGroup moves the partitions at once. (Leaving by unsubscribe, or by a close whose
         # revocation committed the pending work, twice left the other scheduler stuck in its
         # own revocation's commit, sending offsets to its transaction, for over 90 s.)
+        for p in self.restores.pending():
+            self.restores.cancel(p)
         for p, owner in list(self.owners.items()):
             self._flush(owner, self.consumer)
             self._drop(p)
@@ -395,6 +406,8 @@ class Scheduler:
     def _poll_timeout_s(self) -> float:
         timeout_s = self.settings.idle_poll_s
         wakes = [w for w in (o.next_wake_ms() for o in self.owners.values()) if w is not None]
+        if self.restores.pending():
+            timeout_s = min(timeout_s, 0.02)  # a partition restored is installed at once
         if not self.firing:
             wakes = []  # nothing fires: due jobs must not turn the loop into a busy wait
         if wakes:
@@ -431,20 +444,20 @@ class Scheduler:
             self._fatal = f"taking partitions failed: {exc}"
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Take every partition whose input topics are now all assigned here.
+        """Start taking every partition whose input topics are now all assigned here: its
+        fencing and restore run in a restore thread (restores.py) while the loop goes on
+        firing the partitions it owns; the loop installs it when the restore ends.
 
         Incremental: ``partitions`` are only the ones added, so they are assigned first
         (then ``assignment()`` shows every input held here, earlier ones included). A
         partition with an input still elsewhere is not owned: its inputs assigned so far are
-        read by nobody, and read again from the committed offsets once the rest arrives.
+        read by nobody, and read again from the committed offsets once it is installed.
         """
         consumer.incremental_assign(partitions)
         held = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-        added = {(tp.topic, tp.partition) for tp in partitions}
         inputs = self.topics.scheduler_inputs
-        to_take: list[int] = []
-        reread: dict[int, list[str]] = {}
-        for p in sorted({tp.partition for tp in partitions} - set(self.owners)):
+        busy = set(self.owners) | self.restores.pending()
+        for p in sorted({tp.partition for tp in partitions} - busy):
             missing = [t for t in inputs if (t, p) not in held]
             if missing:
                 # co-partitioning broken (for now): never fire a partition whose inputs are
@@ -457,20 +470,44 @@ class Scheduler:
                     extra={"partition": p},
                 )
                 continue
-            to_take.append(p)
-            reread[p] = [t for t in inputs if (t, p) not in added]
-        # fencing the previous owners is a broker round trip each: do them side by side
-        with ThreadPoolExecutor(max_workers=min(8, len(to_take) or 1)) as pool:
-            producers = dict(zip(to_take, pool.map(self._make_producer, to_take), strict=True))
-        for p in to_take:
-            self._take(p, producers[p])
-            if reread[p]:
-                self.owners[p].rewind(consumer, reread[p])
+            # its inputs wait (paused) for the restore: nothing is read before its owner exists
+            consumer.pause([TopicPartition(t, p) for t in inputs])
+            self.restores.start(p)
+
+    def _build(self, p: int, reader: Consumer) -> Restored:
+        """Fence the previous owner (a new transactional producer) and restore the partition
+        from its changelog with ``reader`` (a restore thread's own)."""
+        owner = self._new_owner(p, self._make_producer(p))
+        try:
+            n, seconds = owner.restore(reader)
+        except BaseException:
+            owner.close()
+            raise
+        return Restored(owner, n, seconds)
+
+    def _install_restored(self) -> None:
+        """Own the partitions whose restore ended: read their inputs from the committed offsets
+        (an input assigned before the rest of its partition's was read by no owner)."""
+        for p, result in self.restores.done():
+            if isinstance(result, BaseException):
+                # a partition we cannot take ends the process: the group gives it to another
+                log.error("restoring partition %s failed: %s", p, result, extra={"partition": p})
+                self._fatal = f"taking partition {p} failed: {result}"
+                continue
+            self._install(result)
+            result.owner.rewind(self.consumer)
+            self.consumer.resume([TopicPartition(t, p) for t in self.topics.scheduler_inputs])
         metrics.OWNED.set(len(self.owners))
 
     def _take(self, p: int, producer: Producer) -> None:
+        """Own ``p`` now, restored on the loop (a partition started over after a failure)."""
+        owner = self._new_owner(p, producer)
+        n, seconds = owner.restore()
+        self._install(Restored(owner, n, seconds))
+
+    def _new_owner(self, p: int, producer: Producer) -> PartitionOwner:
         state_dir = self.settings.state_dir
-        owner = PartitionOwner(
+        return PartitionOwner(
             p,
             topics=self.topics,
             codec=self.codec,
@@ -486,8 +523,11 @@ class Scheduler:
             clock=self.clock,
             queue_exists=self.queues.exists,
         )
+
+    def _install(self, restored: Restored) -> None:
+        owner, n, seconds = restored.owner, restored.states, restored.seconds
+        p = owner.partition
         owner.hold_emits = not self.firing
-        n, seconds = owner.restore()
         metrics.RESTORE_SECONDS.observe(seconds)
         metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
         self.owners[p] = owner
@@ -511,6 +551,9 @@ class Scheduler:
         90 s), and the revocation holds the new owner back. The inputs are read again from
         the committed offsets by whoever owns the partition next."""
         for p in sorted({tp.partition for tp in partitions}):
+            if self.restores.cancel(p):
+                # paused for the restore: a partition's pause outlives its assignment here
+                consumer.resume([tp for tp in partitions if tp.partition == p])
             owner = self.owners.pop(p, None)
             if owner is not None:
                 owner.discard()
@@ -536,6 +579,8 @@ class Scheduler:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Lost (our session expired): another member may own them already. Drop everything."""
         for p in sorted({tp.partition for tp in partitions}):
+            if self.restores.cancel(p):
+                consumer.resume([tp for tp in partitions if tp.partition == p])
             self._drop(p)
         metrics.OWNED.set(len(self.owners))
 

@@ -29,10 +29,12 @@ class SchedulerSettings:
     due ones are held (schedulers/fairness.py says why the default is what it is)."""
     catch_up_cap: int = 100
     catch_up_window_s: float = 24 * 3600.0
-    session_timeout_ms: int = 3000
+    session_timeout_ms: int = 2000
     """The schedulers' group session timeout: a member silent this long (SIGKILLed, cut off,
     frozen) loses its partitions. Set on the group (KIP-848: the broker's setting, bounded by
-    its ``group.consumer.min/max.session.timeout.ms``)."""
+    its ``group.consumer.min/max.session.timeout.ms``). Failover lateness is this plus a
+    heartbeat, the fencing and the restore, against a 3 s aim at 1,000 jobs/s: 2 s still
+    leaves eight heartbeats (sent by librdkafka's own thread, not the loop) of slack."""
     heartbeat_interval_ms: int = 250
     """The schedulers' group heartbeat interval: a member learns of a partition given to it
     (or taken away) at its next heartbeat, so this bounds the hand-off's wait when a scheduler

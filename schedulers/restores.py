@@ -1,0 +1,107 @@
+"""Partition restores off the scheduler's main loop.
+
+A partition given to this scheduler is fenced (a new transactional producer) and restored
+from its changelog in a worker thread, so that the partitions it owns already keep firing
+meanwhile (a failover's survivor, a leave's heir), and each new partition fires as soon as its
+own restore ends rather than after every other one. The main loop installs a finished restore
+(``done``); a partition revoked while it restores is closed when its restore ends, never
+installed. Each thread reads the changelog with a group-less reader of its own (readers are
+reused: creating one is a broker connection).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException
+
+from .partition import PartitionOwner
+
+log = logging.getLogger("duetime.scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    owner: PartitionOwner
+    states: int
+    seconds: float
+
+
+class Restores:
+    def __init__(
+        self,
+        build: Callable[[int, Consumer], Restored],
+        make_reader: Callable[[], Consumer],
+        workers: int = 2,
+    ) -> None:
+        self._build = build
+        self._make_reader = make_reader
+        # two: fencing is a broker round trip (overlapped), the rest is CPU (the GIL's)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="restore")
+        self._readers: queue.SimpleQueue[Consumer] = queue.SimpleQueue()
+        self._made: list[Consumer] = []
+        self._lock = threading.Lock()
+        self._running: dict[int, Future[Restored]] = {}
+
+    def start(self, p: int) -> None:
+        if p not in self._running:
+            self._running[p] = self._pool.submit(self._restore, p)
+
+    def _restore(self, p: int) -> Restored:
+        try:
+            reader = self._readers.get_nowait()
+        except queue.Empty:
+            reader = self._make_reader()
+            with self._lock:
+                self._made.append(reader)
+        try:
+            return self._build(p, reader)
+        finally:
+            self._readers.put(reader)
+
+    def pending(self) -> set[int]:
+        return set(self._running)
+
+    def cancel(self, p: int) -> bool:
+        """Revoked while restoring: close the owner when its restore ends. True if it was."""
+        future = self._running.pop(p, None)
+        if future is None:
+            return False
+        future.add_done_callback(_close_result)
+        return True
+
+    def done(self) -> list[tuple[int, Restored | BaseException]]:
+        """The restores that ended since the last call (a result or the error that ended it)."""
+        ended = [p for p, future in self._running.items() if future.done()]
+        out: list[tuple[int, Restored | BaseException]] = []
+        for p in sorted(ended):
+            future = self._running.pop(p)
+            exc = future.exception()
+            out.append((p, exc if exc is not None else future.result()))
+        return out
+
+    def close(self) -> None:
+        """Wait for every restore, close what they built, then the readers."""
+        for p in list(self._running):
+            self.cancel(p)
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for reader in self._made:
+                reader.close()
+            self._made.clear()
+
+
+def _close_result(future: Future[Restored]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    owner = future.result().owner
+    try:
+        owner.close()
+    except KafkaException as exc:
+        log.warning("closing partition %s: %s", owner.partition, exc)
+    log.info("released partition %s (revoked while restoring)", owner.partition)
