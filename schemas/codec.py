@@ -75,6 +75,7 @@ __all__ = [
     "SCHEMA_DIR",
     "TOPIC_EVENT_TYPES",
     "Codec",
+    "Projection",
     "Schema",
     "bundle_schema",
     "compatibility_errors",
@@ -285,13 +286,17 @@ class Codec:
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
+        reader: Projection | None = None,
     ) -> dict[str, Any]:
-        """The record in ``data``, resolved to the current schema of ``event_type``.
+        """The record in ``data``, resolved to the current schema of ``event_type`` (or to
+        ``reader``, a :meth:`projection` of it: only its fields are built).
 
         Raises :class:`DecodeError` (naming topic, partition and offset) for anything that
         is not a value this event type's published schemas wrote.
         """
         event = self._event(event_type)
+        if reader is not None and reader.event_type != event_type:
+            raise ValueError(f"a projection of {reader.event_type} cannot read {event_type}")
 
         def fail(problem: str) -> DecodeError:
             return DecodeError(
@@ -304,7 +309,6 @@ class Codec:
         if not data:
             raise fail("empty value (a tombstone must be handled before decoding)")
         magic = data[0]
-        reader: dict[str, Any] | None
         if magic == MAGIC:
             if len(data) < 3:
                 raise fail("truncated header")
@@ -313,18 +317,20 @@ class Codec:
             if writer is None:
                 known = ", ".join(str(v) for v in sorted(event.writers))
                 raise fail(f"unknown {event.name} schema version {version} (known: {known})")
-            reader = None if writer is event.reader else event.reader
             start, label = 3, f"version {version}"
         elif magic == CONFLUENT_MAGIC:
             writer, label = self._registry_frame(event, data, fail)
-            reader = None if writer is event.reader else event.reader
             start = 5
         else:
             raise fail(f"bad magic byte 0x{magic:02x} (expected 0x{MAGIC:02x} or 0x00)")
+        # no reader schema when the writer's is the current one: nothing to resolve
+        resolve = reader.schema if reader is not None else None
+        if resolve is None and writer is not event.reader:
+            resolve = event.reader
         stream = io.BytesIO(data)
         stream.seek(start)
         try:
-            record = fastavro.schemaless_reader(stream, writer, reader)
+            record = fastavro.schemaless_reader(stream, writer, resolve)
         except Exception as exc:  # garbage can fail anywhere: EOF, bad index, bad UTF-8, ...
             raise fail(f"{label}: {type(exc).__name__}: {exc}") from exc
         if stream.tell() != len(data):
@@ -356,6 +362,22 @@ class Codec:
             self._registry_writers[key] = parsed
         return parsed, f"schema id {schema_id}"
 
+    def projection(self, event_type: str, keep: Mapping[str, Any]) -> Projection:
+        """A reader of ``event_type`` that builds only the fields ``keep`` names: field name →
+        None (the whole field) or, for a nested record, a mapping of its fields to keep. The
+        other fields are skipped over, never built (the projector reads a scheduler state
+        without its job's definition). Every published version resolves to it, as to the
+        whole schema. A name that is no field raises ValueError."""
+        event = self._event(event_type)
+        named: dict[str, Any] = {}
+        fastavro.parse_schema(dict(event.bundle), named_schemas=named)  # every named type
+        rebuilt: set[str] = set()
+        projected = _project_record(event.bundle, keep, rebuilt)
+        others = {name: t for name, t in named.items() if name not in rebuilt}
+        parsed = fastavro.parse_schema(projected, named_schemas=others)
+        assert isinstance(parsed, dict)  # a record schema parses to a dict
+        return Projection(event_type, parsed)
+
     # -- typed records (duetime.core.records): what the roles use past this edge
 
     def load(
@@ -366,14 +388,18 @@ class Codec:
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
+        reader: Projection | None = None,
     ) -> R:
         """The typed record in ``data`` (``cls`` names the event type: ``ExecutionRequest``,
         ``SchedulerState``, ...). Raises :class:`DecodeError` like :meth:`decode`, also for
-        a value whose content no record can hold (an enum symbol this build does not know)."""
+        a value whose content no record can hold (an enum symbol this build does not know).
+        ``reader``: a :meth:`projection` whose fields are ``cls``'s (a partial record)."""
         event_type = cls.EVENT_TYPE
         if event_type is None:
             raise ValueError(f"{cls.__name__} is not a topic value")
-        plain = self.decode(event_type, data, topic=topic, partition=partition, offset=offset)
+        plain = self.decode(
+            event_type, data, topic=topic, partition=partition, offset=offset, reader=reader
+        )
         try:
             record = cls.from_avro(plain)
         except (TypeError, ValueError) as exc:
@@ -441,6 +467,59 @@ class Codec:
             if len(self._parts) >= PART_CACHE:
                 del self._parts[next(iter(self._parts))]  # the oldest entry
             self._parts[id(definition)] = (definition, part)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A parsed reader schema holding some fields of an event (``Codec.projection``)."""
+
+    event_type: str
+    schema: dict[str, Any] = field(repr=False)
+
+
+def _full_name(schema: Mapping[str, Any]) -> str:
+    name = str(schema.get("name", ""))
+    return name if "." in name else f"{schema.get('namespace', NAMESPACE)}.{name}"
+
+
+def _by_name(schema: Any) -> Any:
+    """``schema`` with its inline named types replaced by their full names (the projection's
+    named types are defined once, from the whole schema)."""
+    if isinstance(schema, list):
+        return [_by_name(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    if schema.get("type") in ("record", "enum", "fixed") and "name" in schema:
+        return _full_name(schema)
+    if schema.get("type") == "array":
+        return {"type": "array", "items": _by_name(schema.get("items"))}
+    if schema.get("type") == "map":
+        return {"type": "map", "values": _by_name(schema.get("values"))}
+    return dict(schema)
+
+
+def _project_record(schema: Any, keep: Mapping[str, Any], rebuilt: set[str]) -> dict[str, Any]:
+    """The record ``schema`` (inline, as in a bundle) with only the fields ``keep`` names."""
+    if not isinstance(schema, Mapping) or schema.get("type") != "record":
+        raise ValueError(f"only an inline record can be projected, not {schema!r:.80}")
+    fields = {str(f.get("name")): f for f in schema.get("fields", [])}
+    unknown = sorted(set(keep) - set(fields))
+    if unknown:
+        raise ValueError(f"{_full_name(schema)} has no field(s) {', '.join(unknown)}")
+    out = []
+    for name, wanted in keep.items():
+        declared = fields[name]
+        kind = (
+            _project_record(declared.get("type"), wanted, rebuilt)
+            if wanted
+            else _by_name(declared.get("type"))
+        )
+        out.append(
+            {"name": name, "type": kind, **{k: declared[k] for k in ("default",) if k in declared}}
+        )
+    full = _full_name(schema)
+    rebuilt.add(full)
+    return {"type": "record", "name": full, "fields": out}
 
 
 def _invalid_record(event: _Event, record: object, exc: Exception) -> ValidationError:

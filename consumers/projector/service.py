@@ -57,7 +57,7 @@ from duetime.core.records import (
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
-from . import metrics
+from . import metrics, rows
 from .settings import ProjectorSettings
 from .store import Batch, ProjectionStore
 
@@ -91,6 +91,7 @@ class Projector:
         self.clock = clock
         self.topics = Topics(self.common.topic_prefix)
         self.codec = Codec(registry_url=self.common.schema_registry_url)
+        self._state_reader = self.codec.projection("state", rows.kept_fields(rows.StateHead))
         self.store = ProjectionStore(
             self.common.database_url, settings.group_id, settings.retention_days, clock=clock
         )
@@ -240,6 +241,9 @@ class Projector:
             if topic == self.topics.state and newest_state[(partition, msg.key())] != i:
                 continue
             try:
+                if topic == self.topics.state:
+                    self._add_state(batch, value, topic, partition, offset)
+                    continue
                 record = self.codec.load(BY_EVENT_TYPE[event_type], value)
                 self._add(batch, record, offset)
             except Exception as exc:  # a record no row can be made of must not stop the rest
@@ -317,12 +321,32 @@ class Projector:
             self._parked.clear()
         self._parked.update(_where(m) for m, _ in fresh)
 
+    def _add_state(
+        self, batch: Batch, value: bytes, topic: str, partition: int, offset: int
+    ) -> None:
+        """A state's head now (its definition skipped, not built); the whole state only if
+        the store needs its definition. A whole decode that fails then fails the batch for
+        its content, and the record is found and parked one by one (``_isolate``)."""
+        head = self.codec.load(
+            rows.StateHead,
+            value,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            reader=self._state_reader,
+        )
+
+        def whole() -> SchedulerState:
+            return self.codec.load(
+                SchedulerState, value, topic=topic, partition=partition, offset=offset
+            )
+
+        batch.add_state(head, offset, whole)
+
     @staticmethod
     def _add(batch: Batch, record: AvroRecord, offset: int) -> None:
         if isinstance(record, JobDefinition):
             batch.add_definition(record)
-        elif isinstance(record, SchedulerState):
-            batch.add_state(record, offset)
         elif isinstance(record, ExecutionRequest | ExecutionResult):
             batch.add_execution_event(record)
         elif isinstance(record, DeadLetter):

@@ -13,7 +13,7 @@ import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -107,6 +107,23 @@ def _job_upsert() -> str:
 
 
 _JOB_UPSERT = _job_upsert()
+# The statuses of jobs whose rows hold their states' definition revision; the query answers
+# the job ids whose rows do not (missing, or an older revision). Its SELECT reads the table as
+# it was before the UPDATE (one snapshot), which changes no revision anyway.
+_STATUS_UPDATE = """
+WITH s AS (
+    SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::timestamptz[],
+                         %s::timestamptz[], %s::bigint[])
+        AS s(job_id, revision, status, next_run_at, status_at, state_offset)
+), updated AS (
+    UPDATE jobs j SET status = s.status, next_run_at = s.next_run_at,
+                      status_at = s.status_at, state_offset = s.state_offset
+    FROM s
+    WHERE j.job_id = s.job_id AND j.revision >= s.revision AND s.state_offset > j.state_offset
+)
+SELECT s.job_id FROM s LEFT JOIN jobs j ON j.job_id = s.job_id
+WHERE j.job_id IS NULL OR j.revision < s.revision
+"""
 _EXECUTION_UPSERT = (
     f"INSERT INTO executions ({_cols(EXECUTION_COLS)}) "
     f"SELECT {_cols(EXECUTION_COLS)} FROM stage_executions "
@@ -156,8 +173,11 @@ class Batch:
     newest state of a job are turned into a row (see ``rows``)."""
 
     definitions: dict[str, JobDefinition] = field(default_factory=dict)
-    states: dict[str, tuple[int, SchedulerState]] = field(default_factory=dict)
-    """job_id → (offset in its state partition, the newest state)."""
+    states: dict[str, tuple[int, rows.StateHead, Callable[[], SchedulerState]]] = field(
+        default_factory=dict
+    )
+    """job_id → (offset in its state partition, the newest state's head, a decode of that
+    whole state: called only when its definition is needed)."""
     executions: dict[str, tuple[int, str, list[rows.ExecutionEvent]]] = field(default_factory=dict)
     """execution_id → (scheduled_at_ms, job_id, its events in consumption order)."""
     dead: dict[str, tuple[int, rows.Row]] = field(default_factory=dict)
@@ -174,16 +194,43 @@ class Batch:
         if seen is None or record.revision >= seen.revision:
             self.definitions[record.job_id] = record
 
-    def add_state(self, record: SchedulerState, offset: int) -> None:
-        seen = self.states.get(record.job_id)
+    def add_state(
+        self, head: rows.StateHead, offset: int, whole: Callable[[], SchedulerState]
+    ) -> None:
+        seen = self.states.get(head.job_id)
         if seen is None or offset > seen[0]:
-            self.states[record.job_id] = (offset, record)
+            self.states[head.job_id] = (offset, head, whole)
 
-    def job_rows(self) -> list[rows.Row]:
+    def status_only(self) -> list[tuple[int, rows.StateHead]]:
+        """The newest states of jobs with no definition in this batch: their rows usually
+        hold the definition already (the API writes it at create), so only the status columns
+        are written (``ProjectionStore._write_statuses``)."""
+        return [
+            (o, h) for job_id, (o, h, _) in self.states.items() if job_id not in self.definitions
+        ]
+
+    def job_rows(self, whole: Collection[str] = ()) -> list[rows.Row]:
+        """Whole rows: of every definition (with its job's state, if any), and of the states
+        whose job is in ``whole`` (their rows lack the definition they embed)."""
         out = []
-        for job_id in self.definitions.keys() | self.states.keys():
-            offset, state = self.states.get(job_id, (-1, None))
-            out.append(rows.job_row_of(self.definitions.get(job_id), state, offset))
+        for job_id in self.definitions.keys() | whole:
+            definition = self.definitions.get(job_id)
+            entry = self.states.get(job_id)
+            if entry is None:
+                if definition is not None:
+                    out.append(rows.job_row(definition))
+                continue
+            offset, head, decode = entry
+            if definition is not None and definition.revision >= head.definition.revision:
+                # the same definition, or a newer one than the state's: no need to decode it
+                out.append(
+                    {
+                        **rows.job_row(definition, with_next_run=False),
+                        **rows.status_columns(head, offset),
+                    }
+                )
+            else:
+                out.append(rows.job_row_of(definition, decode(), offset))
         return out
 
     def add_execution_event(self, record: rows.ExecutionEvent) -> None:
@@ -300,7 +347,9 @@ class ProjectionStore:
             self._ensure_days(conn, batch)
             if batch.executions:
                 self._write_executions(conn, batch)
-            job_rows = batch.job_rows()
+            status_only = batch.status_only()
+            whole = self._write_statuses(conn, status_only) if status_only else []
+            job_rows = batch.job_rows(whole)
             if job_rows:
                 self._copy(conn, "stage_jobs", JOB_COLUMNS, job_rows)
                 conn.execute(_JOB_UPSERT)
@@ -308,8 +357,8 @@ class ProjectionStore:
             # its leases, in the transaction that records the status (duetime.core.cancel)
             cancelled = sorted(
                 job_id
-                for job_id, (_, state) in batch.states.items()
-                if state.status is Status.CANCELLED
+                for job_id, (_, head, _) in batch.states.items()
+                if head.status is Status.CANCELLED
             )
             if cancelled:
                 flag_cancelled_jobs(conn, cancelled)
@@ -339,6 +388,26 @@ class ProjectionStore:
         with conn.cursor() as cur, cur.copy(f"COPY {table} ({_cols(cols)}) FROM STDIN") as copy:
             for record in records:
                 copy.write_row([record[c] for c in cols])
+
+    def _write_statuses(
+        self, conn: psycopg.Connection[Any], states: list[tuple[int, rows.StateHead]]
+    ) -> list[str]:
+        """Write the status columns of jobs whose rows hold their state's definition revision
+        (or a newer one); return the job ids whose rows do not (no row yet, or an older
+        revision): those get a whole row from the whole state. The same outcome as the whole
+        row's upsert, whose guards would keep these rows' definition columns."""
+        cur = conn.execute(
+            _STATUS_UPDATE,
+            (
+                [h.job_id for _, h in states],
+                [h.definition.revision for _, h in states],
+                [h.status.value for _, h in states],
+                [rows.dt(h.next_run_at_ms) for _, h in states],
+                [rows.dt(h.updated_at_ms) for _, h in states],
+                [o for o, _ in states],
+            ),
+        )
+        return [str(job_id) for (job_id,) in cur.fetchall()]
 
     def _write_executions(self, conn: psycopg.Connection[Any], batch: Batch) -> None:
         missing = [i for i in batch.executions if i not in self.cache]
