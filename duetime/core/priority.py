@@ -135,6 +135,8 @@ class FairQueue:
         queue = self._keys[key]
         item = queue.popleft()
         self._now = turn
+        if queue and len(self._turns) == 1:
+            return item  # one key alone (the usual case: no fairness keys) keeps its turn
         if queue:
             weight = min(max(item.weight, 1), MAX_WEIGHT)
             heapq.heapreplace(self._turns, (turn + _STRIDE // weight, seq, key))
