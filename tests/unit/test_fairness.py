@@ -19,6 +19,7 @@ from duetime.core.models import ControlKind, ResultStatus, Status, Trigger
 from duetime.core.priority import FairQueue, Waiting
 from duetime.core.records import (
     ControlCommand,
+    Fairness,
     JobDefinition,
     SchedulerState,
 )
@@ -360,3 +361,23 @@ def test_the_gate_counts_are_the_sum_of_the_shares(ops: list[tuple[str, int, boo
     for key in "abc":
         assert gate.inflight(key) == fresh.inflight(key)
     assert gate.held == fresh.held
+
+
+# --- the CLI's flags ---------------------------------------------------------------------
+
+
+def test_cli_fairness_flags_make_the_field_and_leave_it_out_when_not_given() -> None:
+    import argparse
+
+    from duetime.producers.cli.commands import _create_body, add_jobs_arguments
+
+    parser = argparse.ArgumentParser()
+    add_jobs_arguments(parser)
+    base = ["create", "--name", "x", "--url-target", "https://example.com/hook"]
+    body = _create_body(
+        parser.parse_args([*base, "--fairness-key", "t-{payload.t}", "--fairness-weight", "3"])
+    )
+    assert body["fairness"] == {"key": "t-{payload.t}", "weight": 3}
+    only_key = _create_body(parser.parse_args([*base, "--fairness-key", "acme"]))
+    assert build_job(only_key, now_ms=NOW).fairness == Fairness(key="acme", weight=1)
+    assert "fairness" not in _create_body(parser.parse_args(base))
