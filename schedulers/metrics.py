@@ -32,6 +32,10 @@ PENDING = Gauge(
     "duetime_scheduler_pending_jobs", "Jobs with a wake-up time per owned partition", ["partition"]
 )
 OWNED = Gauge("duetime_scheduler_owned_partitions", "Partitions this scheduler owns")
+RESTORING = Gauge(
+    "duetime_scheduler_restoring_partitions",
+    "Partitions assigned to this scheduler still being fenced and restored (not firing yet)",
+)
 FAIRNESS_HELD = Gauge(
     "duetime_scheduler_fairness_held",
     "Due executions held per owned partition because their fairness key has its cap in flight",

@@ -473,6 +473,7 @@ class Scheduler:
             # its inputs wait (paused) for the restore: nothing is read before its owner exists
             consumer.pause([TopicPartition(t, p) for t in inputs])
             self.restores.start(p)
+        metrics.RESTORING.set(len(self.restores.pending()))
 
     def _build(self, p: int, reader: Consumer) -> Restored:
         """Fence the previous owner (a new transactional producer) and restore the partition
@@ -498,6 +499,7 @@ class Scheduler:
             result.owner.rewind(self.consumer)
             self.consumer.resume([TopicPartition(t, p) for t in self.topics.scheduler_inputs])
         metrics.OWNED.set(len(self.owners))
+        metrics.RESTORING.set(len(self.restores.pending()))
 
     def _take(self, p: int, producer: Producer) -> None:
         """Own ``p`` now, restored on the loop (a partition started over after a failure)."""
@@ -559,6 +561,7 @@ class Scheduler:
                 owner.discard()
                 self._close(owner, p)
         metrics.OWNED.set(len(self.owners))
+        metrics.RESTORING.set(len(self.restores.pending()))
 
     def _flush(self, owner: PartitionOwner, consumer: Consumer) -> bool:
         """Commit an owner's pending work; False when it failed (the owner must then be
