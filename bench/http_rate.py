@@ -51,6 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import kafka_count
 from bench.common import (
     RESULTS,
     ROOT,
@@ -333,6 +334,7 @@ def scenario_rate(
                     "sink": sink.proc.pid if sink.proc else None,
                 }
             )
+            kafka_before = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             meter.start()
             t0_s = time.time() + lead_s + 2  # the generator's first create: in ~2 s
             children_before = os.times()
@@ -347,6 +349,12 @@ def scenario_rate(
                 warnings.append(f"{summary['errors']} creates failed: {summary['first_errors']}")
             _wait_arrivals(sink, len(created), t0_s + duration_s + timeout_s, procs, warnings)
             meter.stop()
+            kafka_after = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
+            # read now: the run's topics are deleted when fresh() exits
+            kafka_written = kafka_count.count(
+                common.bootstrap_servers, common.topic_prefix, kafka_before, kafka_after,
+                len(created),
+            )  # fmt: skip
             worker_metrics = scrape_workers(workers)
             worker_metrics["scheduler_transactions"] = scrape_counter(
                 wt.SCHEDULER_METRICS_PORT, "duetime_scheduler_transactions_total"
@@ -375,6 +383,7 @@ def scenario_rate(
         "cpu_s": cpu_s,
         **cost,
         "worker_metrics": worker_metrics,
+        "kafka_written": kafka_written,
         "warnings": warnings,
         "config": {
             "rate_jobs_per_s": rate,

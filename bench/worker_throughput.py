@@ -51,6 +51,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from bench import kafka_count
 from bench.common import (
     bench_stack,
     percentiles,
@@ -485,10 +486,15 @@ class TimedRun:
     t0_ms: int
     times_ms: list[int]
     cpu_s: dict[str, float | None]  # CPU seconds per process (broker, PostgreSQL, each role)
+    kafka_written: dict[str, Any]  # what the run wrote to the broker (bench.kafka_count)
 
     def cpu_figures(self) -> dict[str, Any]:
-        """``cpu_s``, their total and CPU ms per succeeded job."""
-        return {"cpu_s": self.cpu_s, **per_job(self.cpu_s, len(self.results.success))}
+        """``cpu_s``, their total and CPU ms per succeeded job, and what Kafka wrote."""
+        return {
+            "cpu_s": self.cpu_s,
+            **per_job(self.cpu_s, len(self.results.success)),
+            "kafka_written": self.kafka_written,
+        }
 
 
 def system_meter(common: Any, procs: dict[str, RoleProc]) -> CpuMeter:
@@ -533,6 +539,7 @@ def _timed_run(
         results = Results(common)
         try:
             meter = system_meter(common, procs)
+            kafka_before = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             meter.start()
             t0_ms = int((time.time() + lead_s) * 1000)
             times_ms = due_ms(t0_ms)
@@ -544,13 +551,19 @@ def _timed_run(
             span_s = (times_ms[-1] - time.time() * 1000) / 1000
             wait_done(results, len(times_ms), max(0.0, span_s) + 120)
             meter.stop()
+            kafka_after = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             if feed_ahead_s is not None:
                 feeder.close()
             metrics = scrape(workers)
+            # read now: the run's topics are deleted when fresh() exits
+            written = kafka_count.count(
+                common.bootstrap_servers, common.topic_prefix, kafka_before, kafka_after,
+                len(times_ms),
+            )  # fmt: skip
         finally:
             results.close()
             stop(list(procs.values()))
-    return TimedRun(results, create_s, metrics, t0_ms, times_ms, meter.seconds())
+    return TimedRun(results, create_s, metrics, t0_ms, times_ms, meter.seconds(), written)
 
 
 class Feeder:

@@ -145,7 +145,15 @@ class Worker:
         # every in-sync replica has it, because its offset is committed right after
         self.producer = AsyncProducer(
             # message.max.bytes: it also parks copies of bad requests, up to ~1 MiB each
-            kafka.producer(self.common, **{"acks": "all", "message.max.bytes": PRODUCER_MAX_BYTES}),
+            kafka.producer(
+                self.common,
+                **{
+                    "acks": "all",
+                    "message.max.bytes": PRODUCER_MAX_BYTES,
+                    # results share batches and produce requests (WorkerSettings says why)
+                    "linger.ms": s.result_linger_ms,
+                },
+            ),
             self._loop,
             "worker-results",
         )
