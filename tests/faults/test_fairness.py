@@ -181,6 +181,7 @@ def test_a_backlog_of_one_tenant_delays_another_by_a_few_executions(
     # it in its execution partition (without fairness: A's whole remaining share there)
     assert all(in_partition <= CAP for in_partition, _ in ahead), ahead
     # the whole: a B job waits behind the A calls that arrive while the scheduler and a worker
-    # pass it on (seconds on a loaded machine, while the A calls go on in every slot), a small
-    # part of what FIFO would make it wait behind
-    assert max(waited) * 4 <= min(a_left_at_b_due), (waited, a_left_at_b_due)
+    # pass it on (its own pipeline latency x A's throughput: seconds on a loaded machine, while
+    # A's calls go on in every slot), a part of what FIFO would make it wait behind (all of
+    # A's calls still to come: the worker reads the partitions side by side)
+    assert max(waited) * 2 <= min(a_left_at_b_due), (waited, a_left_at_b_due)
