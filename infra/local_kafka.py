@@ -61,6 +61,18 @@ MARKER = ".duetime-complete"
 MAIN_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
 
 
+JVM_OPTS = (
+    # The serial collector: one thread, no concurrent phases and no G1 remembered sets or
+    # write barriers to keep up, which is the cheapest in CPU for a heap of at most a few
+    # hundred MiB live (the broker's page cache is the OS's, outside the heap) on a machine
+    # of 2 cores shared with every role; G1 (the JVM's default here) measured more broker
+    # CPU per job for the same work (bench/README.md, "What one job costs Kafka").
+    "-XX:+UseSerialGC",
+)
+"""The broker JVM's options beside the heap size (local and test brokers only: a production
+broker is tuned by its operator)."""
+
+
 def default_jar_cache() -> Path:
     """``$XDG_CACHE_HOME`` or ``~/.cache``, then ``duetime/kafka-<version>/libs``."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -471,6 +483,7 @@ class LocalKafka:
             f"-Xms{min(128, self.heap_mb)}m",
             f"-Xmx{self.heap_mb}m",
             "-XX:+ExitOnOutOfMemoryError",
+            *JVM_OPTS,
         )
         cmd = [
             *self._java_cmd(libs, *heap),
