@@ -495,11 +495,27 @@ class Scheduler:
                 log.error("restoring partition %s failed: %s", p, result, extra={"partition": p})
                 self._fatal = f"taking partition {p} failed: {result}"
                 continue
-            self._install(result)
-            result.owner.rewind(self.consumer)
-            self.consumer.resume([TopicPartition(t, p) for t in self.topics.scheduler_inputs])
+            inputs = [TopicPartition(t, p) for t in self.topics.scheduler_inputs]
+            try:
+                self._install(result)
+                self._reread(result.owner, inputs)
+            except Exception as exc:
+                # a broker that does not answer: start it over on the loop (_retake_lost)
+                log.warning("installing partition %s failed: %s", p, exc, extra={"partition": p})
+                self._drop(p)
+                self._lost[p] = None
+            self.consumer.resume(inputs)
         metrics.OWNED.set(len(self.owners))
         metrics.RESTORING.set(len(self.restores.pending()))
+
+    def _reread(self, owner: PartitionOwner, inputs: list[TopicPartition]) -> None:
+        """Rewind the inputs of a new owner that something read before it was installed (an
+        input assigned before the rest of its partition's, one resumed by the clock guard).
+        The others have no position yet and start at the committed offset anyway (and a seek
+        before the first fetch fails: "Erroneous state")."""
+        read = [tp.topic for tp in self.consumer.position(inputs) if tp.offset >= 0]
+        if read:
+            owner.rewind(self.consumer, read)
 
     def _take(self, p: int, producer: Producer) -> None:
         """Own ``p`` now, restored on the loop (a partition started over after a failure)."""

@@ -29,17 +29,19 @@ class SchedulerSettings:
     due ones are held (schedulers/fairness.py says why the default is what it is)."""
     catch_up_cap: int = 100
     catch_up_window_s: float = 24 * 3600.0
-    session_timeout_ms: int = 2000
+    session_timeout_ms: int = 3000
     """The schedulers' group session timeout: a member silent this long (SIGKILLed, cut off,
     frozen) loses its partitions. Set on the group (KIP-848: the broker's setting, bounded by
     its ``group.consumer.min/max.session.timeout.ms``). Failover lateness is this plus a
-    heartbeat, the fencing and the restore, against a 3 s aim at 1,000 jobs/s: 2 s still
-    leaves eight heartbeats (sent by librdkafka's own thread, not the loop) of slack."""
-    heartbeat_interval_ms: int = 250
+    heartbeat, the fencing and the restore. 2 s (with 250 ms heartbeats) was tried: on the
+    loaded 2-core box the coordinator answered heartbeats in over 1 s (librdkafka then times
+    the request out), members were fenced and rejoined, and the fault campaign's scheduler
+    scenarios never saw a stable group."""
+    heartbeat_interval_ms: int = 500
     """The schedulers' group heartbeat interval: a member learns of a partition given to it
     (or taken away) at its next heartbeat, so this bounds the hand-off's wait when a scheduler
-    joins or leaves, on top of the session timeout on a failover. Four small requests a second
-    per scheduler."""
+    joins or leaves, on top of the session timeout on a failover. The workers' value (the
+    local broker's ``group.consumer.heartbeat.interval.ms``)."""
     idle_poll_s: float = 0.05
     commit_interval_s: float = 0.2
     """A partition with only bookkeeping to write (states after definitions and results, no

@@ -16,7 +16,7 @@ SESSION = "DUETIME_SESSION_TIMEOUT_MS"
 
 def test_defaults_fit() -> None:
     s = SchedulerSettings.from_env(Env({}))
-    assert s.heartbeat_interval_ms == 250 and s.session_timeout_ms == 2000
+    assert s.heartbeat_interval_ms == 500 and s.session_timeout_ms == 3000
 
 
 @given(
