@@ -16,10 +16,14 @@ round, the modes interleaved so that a change in the machine's load hits all of 
   bucket is read and written by every claim, never empty;
 - ``both``: the two together.
 
-The cost of a mode is 1 - its median throughput / the median of ``off``. Every run also
-records its limited claims (round trips, mean batch, mean round trip: the lease metrics the
-workers expose) and the machine's 1-minute load average before and after it, so that a cost
-can be read against what else ran. ``--modes off,both`` runs a subset (a profile with
+The cost of a mode is 1 - its median throughput / the median of ``off``. On a shared machine
+throughput moves with everything else that runs, so every run also records the CPU time it
+took per job, which does not: the worker processes' (from /proc, read just before they stop)
+and PostgreSQL's (its postmaster's process tree: live backends, and those that exited, which
+the postmaster reaped; on a server of its own, as here, that is this run's work), with the
+same cost per mode (``cpu_cost_percent``); its limited claims (round trips, mean batch, mean
+round trip: the lease metrics the workers expose); and the 1-minute load average before and
+after it. ``--modes off,both`` runs a subset (a profile with
 ``DUETIME_BENCH_PROFILE=worker``). Results: bench/results/worker-limits.json and .png.
 """
 
@@ -29,6 +33,7 @@ import argparse
 import os
 import statistics
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from bench.common import plot_series, progress, write_result
@@ -76,8 +81,42 @@ def limited_claims(metrics: dict[str, float]) -> dict[str, float]:
     }
 
 
+def cpu_s(pid: int, reaped: bool = False) -> float:
+    """CPU seconds (user + system) of a live process; ``reaped``: with its waited-for children's.
+    Linux /proc only (proc(5): utime, stime, cutime, cstime follow the state and 10 fields)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_s(database_url: str) -> float | None:
+    """CPU seconds of the PostgreSQL server so far (the postmaster's process tree); None when
+    it is not a local process this user can read."""
+    import psycopg
+
+    try:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        postmaster = int(Path(f"/proc/{row[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        total = cpu_s(postmaster, reaped=True)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == postmaster:
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError, ValueError):  # a backend that just exited
+                continue
+        return total
+    except (OSError, psycopg.Error):
+        return None
+
+
 def one_run(base: Any, topics: ExitStack, mode: str, workers: int, jobs: int) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
+    pg_before = postgres_cpu_s(base.database_url)
     common = topics.enter_context(fresh(base))
     limits = limits_of(mode)
     produce_requests(common, jobs, lambda i: {"payload_json": f'{{"k": {i % KEYS}}}', **limits})
@@ -86,14 +125,20 @@ def one_run(base: Any, topics: ExitStack, mode: str, workers: int, jobs: int) ->
     try:
         wait_done(results, jobs, 120 + jobs / 50)
         metrics = scrape(workers)
+        worker_cpu_s = sum(cpu_s(proc.process.pid) for proc in procs)
     finally:
         results.close()
         stop(procs)
+    pg_after = postgres_cpu_s(base.database_url)
     first_start = min(r[0][0] for r in results.running.values()) / 1000
     run = summarize_run(f"{mode}, {workers} workers", results, jobs, first_start, metrics, workers)
     run["mode"] = mode
     run["claim_limited"] = limited_claims(metrics)
     run["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    run["cpu_ms_per_job"] = {"workers": round(1000 * worker_cpu_s / jobs, 3)}
+    if pg_before is not None and pg_after is not None:
+        run["cpu_ms_per_job"]["postgres"] = round(1000 * (pg_after - pg_before) / jobs, 3)
+    run["cpu_ms_per_job"]["total"] = round(sum(run["cpu_ms_per_job"].values()), 3)
     return run
 
 
@@ -117,11 +162,31 @@ def scenario_drain(
         if "off" in median
         else {}
     )
+    cpu = {
+        mode: {
+            part: statistics.median(
+                r["cpu_ms_per_job"].get(part, 0.0) for r in runs if r["mode"] == mode
+            )
+            for part in ("workers", "postgres", "total")
+        }
+        for mode in modes
+    }
+    cpu_cost = (
+        {
+            m: round(100 * (cpu[m]["total"] / cpu["off"]["total"] - 1), 1)
+            for m in modes
+            if m != "off" and cpu["off"]["total"]
+        }
+        if "off" in cpu
+        else {}
+    )
     result = {
         "scenario": "worker-limits",
         "jobs": jobs,
         "throughput_jobs_per_s": median,
         "cost_percent": cost,
+        "cpu_ms_per_job": cpu,
+        "cpu_cost_percent": cpu_cost,
         "lost": sum(r["lost"] for r in runs),
         "duplicates": sum(r["duplicates"] for r in runs),
         "runs": runs,
@@ -153,6 +218,7 @@ def scenario_drain(
     )
     write_result("worker-limits", result)
     progress(f"median jobs/s {median}; cost vs off {cost} %")
+    progress(f"median CPU ms per job {cpu}; CPU cost vs off {cpu_cost} %")
     return result
 
 
