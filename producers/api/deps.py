@@ -54,7 +54,8 @@ class Resources:
         return datetime.fromtimestamp(self.client.clock.now_ms() / 1000, tz=UTC)
 
 
-def _resources_of(request: Request) -> Resources:
+def resources_of(request: Request) -> Resources:
+    """The app's resources, for a route that reads them itself (no dependency to solve)."""
     res: Resources = request.app.state.resources
     return res
 
@@ -63,7 +64,7 @@ async def resources(request: Request) -> Resources:
     # async on purpose: FastAPI runs a plain-def dependency in its thread pool, a thread hop
     # (queue, condition, wake-up) on every request for an attribute read (~6 % of a create's
     # CPU, profiled)
-    return _resources_of(request)
+    return resources_of(request)
 
 
 Res = Annotated[Resources, Depends(resources)]
@@ -75,7 +76,7 @@ _bearer = HTTPBearer(auto_error=False, description="one of DUETIME_API_TOKENS, w
 async def require_token(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
-    tokens = _resources_of(request).settings.tokens
+    tokens = resources_of(request).settings.tokens
     if not tokens:
         return
     given = b"" if credentials is None else credentials.credentials.encode()

@@ -21,7 +21,7 @@ from duetime.producers import updates
 
 from . import convert, store, uniqueness
 from .calendars import resolve_calendar
-from .deps import Res, Resources, parse_id, read_json, validated
+from .deps import Res, Resources, parse_id, read_json, resources_of, validated
 from .errors import PreconditionFailed
 from .pagination import decode_cursor, page_of
 from .rows import JobRow
@@ -68,14 +68,17 @@ Cursor = Query(None, max_length=200, description="next_cursor of the previous pa
     openapi_extra=request_body(CREATE_JOB_SCHEMA),
     summary="create a job",
 )
-async def create_job(request: Request, response: Response, res: Res) -> dict[str, Any]:
+async def create_job(request: Request, response: Response) -> dict[str, Any]:
+    res = resources_of(request)  # not a dependency: one fewer for FastAPI to solve per create
     body = await read_json(request, res.settings)
     if not isinstance(body, dict):
         raise ValidationError("a job must be a JSON object", field="")
     body, directive = uniqueness.take_directive(body, res.now())  # unique / debounce
     body = await resolve_calendar(res, body)  # a calendar's name → the copy of its rules
     definition = validated(res.client.build, body)
-    async with res.pool.connection() as conn, conn.transaction():
+    # pipeline mode: BEGIN travels with the INSERT (one round trip to PostgreSQL fewer per
+    # create); every statement below still reads its own result before the next step
+    async with res.pool.connection() as conn, conn.pipeline(), conn.transaction():
         claim = uniqueness.Claim()
         if directive is not None:  # the key's row stays locked until this transaction ends
             claim = await uniqueness.claim(conn, directive, definition.job_id, res.now())
