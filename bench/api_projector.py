@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ from bench.common import (
     start_role,
     write_result,
 )
+from bench.cpu import CpuMeter
 from bench.rawhttp import RawHttpConnection
 from duetime.infra.harness import stop_all
 
@@ -210,6 +212,7 @@ def _events_for(job_index: int, now_ms: int, client: Any) -> list[tuple[str, str
 def scenario_projector(args: argparse.Namespace) -> None:
     from confluent_kafka import Producer
 
+    from duetime.core.records import JobDefinition
     from duetime.producers.sdk import JobClient
 
     with stack(args.partitions) as common:
@@ -218,9 +221,13 @@ def scenario_projector(args: argparse.Namespace) -> None:
             {"bootstrap.servers": common.bootstrap_servers, "linger.ms": 20, "acks": "all"}
         )
         now_ms = int(time.time() * 1000)
+        definitions: list[Any] = []
         with JobClient(settings=common) as client:
             for i in range(args.jobs):
-                for topic, key, value in _events_for(i, now_ms, client):
+                job_events = _events_for(i, now_ms, client)
+                if args.api_rows:
+                    definitions.append(client.codec.load(JobDefinition, job_events[0][2]))
+                for topic, key, value in job_events:
                     while True:
                         try:
                             producer.produce(topic, key=key, value=value)
@@ -229,11 +236,17 @@ def scenario_projector(args: argparse.Namespace) -> None:
                             producer.poll(0.05)
                 producer.poll(0)
         producer.flush(60)
+        if args.api_rows:
+            _insert_rows_as_the_api(common, definitions)
         recorder = Recorder()
         progress("projecting")
         started = time.time()
+        # the projector runs in this process, which does nothing else meanwhile: the process's
+        # CPU (all threads, librdkafka's included) is the projector's
+        cpu_before = time.process_time()
         _, thread = _run_projector(common, recorder, until_caught_up=True)
         thread.join(600)
+        projector_cpu_s = time.process_time() - cpu_before
         assert recorder.first_at is not None
         # the first batch's fetch began at most one poll before its commit
         duration_s = recorder.last_at - started
@@ -252,12 +265,16 @@ def scenario_projector(args: argparse.Namespace) -> None:
             "lateness_ms": {"p50": None, "p99": None, "max": None},
             "lost": args.jobs - rows["jobs"],
             "duplicates": 0,
+            "projector_cpu_s": round(projector_cpu_s, 2),
+            "projector_cpu_ms_per_job": round(projector_cpu_s * 1000 / args.jobs, 3),
+            "load_average_1m": round(os.getloadavg()[0], 1),
             "tables": rows,
             "config": {
                 "command": " ".join(["python -m bench.api_projector", *sys.argv[1:]]),
                 "partitions": args.partitions,
                 "batch_size": 5000,
                 "events_per_job": 6,
+                "api_rows": args.api_rows,
                 "measured": "projector start → last commit (includes the group join)",
             },
         }
@@ -265,7 +282,28 @@ def scenario_projector(args: argparse.Namespace) -> None:
         print(json.dumps({k: result[k] for k in ("events", "duration_s")}, indent=None))
         print(
             f"{result['throughput_events_per_s']:.0f} events/s "
-            f"({result['steady_events_per_s']:.0f} after the first batch)"
+            f"({result['steady_events_per_s']:.0f} after the first batch), "
+            f"projector CPU {result['projector_cpu_ms_per_job']} ms a job (6 events), "
+            f"load {result['load_average_1m']}"
+        )
+
+
+def _insert_rows_as_the_api(common: Any, definitions: list[Any]) -> None:
+    """``--api-rows``: each job's row as ``POST /v1/jobs`` writes it at create, before the
+    projector reads the job's events (the live path; without it every row starts from the
+    topics, as in a rebuild)."""
+    import psycopg
+
+    from duetime.core.projection import JOB_COLUMNS, job_row
+
+    progress(f"writing {len(definitions)} job rows as the API does")
+    insert = (
+        f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+        f"VALUES ({', '.join(['%s'] * len(JOB_COLUMNS))})"
+    )
+    with psycopg.connect(common.database_url) as conn, conn.cursor() as cur:
+        cur.executemany(
+            insert, [[row[c] for c in JOB_COLUMNS] for row in map(job_row, definitions)]
         )
 
 
@@ -363,6 +401,9 @@ def scenario_api(args: argparse.Namespace) -> None:
                 api.wait_http(f"{url}/readyz", 60)
                 # warm-up
                 _run_async(_load_api(url, min(500, args.jobs), args.concurrency, args.batch))
+                # the API's CPU (its uvicorn workers included) over the measured creates only
+                meter = CpuMeter({"api": api.pid})
+                meter.start()
                 progress(
                     f"{workers} worker(s): {args.jobs} creates, {args.concurrency} clients, "
                     f"{args.batch} a call"
@@ -370,10 +411,16 @@ def scenario_api(args: argparse.Namespace) -> None:
                 latencies, errors, duration = _run_async(
                     _load_api(url, args.jobs, args.concurrency, args.batch)
                 )
+                meter.stop()
             finally:
                 api.stop(30)
         rate = args.jobs / duration
-        progress(f"{workers} worker(s): {rate:.0f} creates/s, {errors} errors")
+        api_cpu_s = meter.seconds()["api"]
+        cpu_ms = None if api_cpu_s is None else round(api_cpu_s * 1000 / args.jobs, 3)
+        progress(
+            f"{workers} worker(s): {rate:.0f} creates/s, {errors} errors, "
+            f"API CPU {api_cpu_s} s = {cpu_ms} ms a job, load {os.getloadavg()[0]:.1f}"
+        )
         runs.append(
             {
                 "label": f"{workers} API process(es)",
@@ -384,6 +431,9 @@ def scenario_api(args: argparse.Namespace) -> None:
                 "throughput_jobs_per_s": round(rate, 1),
                 "latency_ms": percentiles(latencies),
                 "errors": errors,
+                "api_cpu_s": api_cpu_s,
+                "api_cpu_ms_per_job": cpu_ms,
+                "load_average_1m": round(os.getloadavg()[0], 1),
             }
         )
         series[f"{workers} API process(es)"] = (
@@ -545,6 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("projector")
     p.add_argument("--jobs", type=int, default=20000)
     p.add_argument("--partitions", type=int, default=12)
+    p.add_argument(
+        "--api-rows",
+        action="store_true",
+        help="write each job's row first, as POST /v1/jobs does (the live path)",
+    )
     a = sub.add_parser("api")
     a.add_argument("--jobs", type=int, default=10000)
     a.add_argument("--concurrency", type=int, default=16)
