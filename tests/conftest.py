@@ -250,3 +250,20 @@ def exporter() -> Iterator[InMemorySpanExporter]:
         yield memory
     finally:
         tracing.install(None)
+
+
+# Tests that run alone, after the parallel phase of `./run test` (see ./run): the roles as
+# processes with timing-sensitive checks (failover, fencing, the browser), the fault campaign's
+# own stacks, and the modules that start their own brokers or install packages (a JVM or a pip
+# install each, which would starve the tests running beside them on a 2-core machine).
+SERIAL_DIRS = frozenset({"e2e", "faults"})
+SERIAL_MODULES = frozenset(
+    {"test_local_infra", "test_kafka_security", "test_packaging", "test_worker_priority"}
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        if path.parent.name in SERIAL_DIRS or path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
