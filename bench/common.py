@@ -151,6 +151,9 @@ def bench_stack(partitions: int) -> Iterator[Any]:
             controller_port=controller_port,
             pg_port=pg_port,
             kafka_heap_mb=1024,
+            # each run's topics are its own: a broker no run uses starts on empty storage
+            # (killed runs had left 2,300 partitions behind, each costing the broker CPU)
+            scratch_kafka=True,
         )
     )
     stack.acquire()  # registers this run and brings the servers up, under the stack's lock
