@@ -146,6 +146,12 @@ class FairnessGate:
             self._undo[job_id] = self._shares.get(job_id)
         self._replace(job_id, share)
 
+    def follow(self, job_id: str, state: SchedulerState) -> None:
+        """``state`` is the job's state as collected in this cycle: the gate takes its share when
+        the job has a fairness key or had one (a job that never had one costs two tests)."""
+        if state.definition.fairness is not None or job_id in self._shares:
+            self.set(job_id, share_of(state))
+
     def revert(self, job_id: str) -> None:
         """The job left the cycle: back to its committed share."""
         if job_id in self._undo:

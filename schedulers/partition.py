@@ -382,8 +382,7 @@ class PartitionOwner:
             # the logic changed the dirty state in place: back to its bytes as collected
             p.dirty[job_id] = self.codec.load(SchedulerState, mark.encoded, topic=self.topics.state)
             p.encoded[job_id] = mark.encoded
-            if job_id in self.fairness or p.dirty[job_id].definition.fairness is not None:
-                self.fairness.set(job_id, share_of(p.dirty[job_id]))
+            self.fairness.follow(job_id, p.dirty[job_id])
         else:
             p.dirty.pop(job_id, None)
             p.encoded.pop(job_id, None)
@@ -608,8 +607,7 @@ class PartitionOwner:
             # a state already dirty is encoded again whatever changed: the bytes are its latest
             self.pending.encoded[job_id] = self.codec.dump(state, topic=self.topics.state)
             self.pending.dirty[job_id] = state
-            if state.definition.fairness is not None or job_id in self.fairness:
-                self.fairness.set(job_id, share_of(state))
+            self.fairness.follow(job_id, state)
         self.pending.out.extend(out)
         self.pending.messages.extend(messages)
 
@@ -650,8 +648,7 @@ class PartitionOwner:
             state = self.pending.dirty[job_id] = self.codec.load(
                 SchedulerState, self.pending.encoded[job_id], topic=self.topics.state
             )
-            if job_id in self.fairness or state.definition.fairness is not None:
-                self.fairness.set(job_id, share_of(state))
+            self.fairness.follow(job_id, state)
         else:
             del self.pending.dirty[job_id]
             self.fairness.revert(job_id)
