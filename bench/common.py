@@ -221,7 +221,8 @@ def _profile(pid: int, log_name: str) -> None:
     out = RESULTS / "profiles"
     out.mkdir(parents=True, exist_ok=True)
     subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--rate", "200", "--nonblocking",
+        # --subprocesses: the API's uvicorn workers are children of the role's process
+        [spy, "record", "--pid", str(pid), "--rate", "200", "--nonblocking", "--subprocesses",
          "--format", "raw", "--output", str(out / f"{log_name}.txt")],
         stdout=subprocess.DEVNULL,
         stderr=open(out / f"{log_name}.py-spy.log", "wb"),  # noqa: SIM115
