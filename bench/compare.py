@@ -27,8 +27,11 @@ Every row also carries CPU per job (``cpu_ms_per_job``): the CPU seconds of ever
 the system (duetime: the broker, PostgreSQL, the scheduler, each worker and the projector;
 Celery: Redis and the worker with its pool; River: PostgreSQL and its one Go process, which also
 inserts) ÷ the jobs completed, with each process's figure in ``cpu_s`` (``bench/cpu.py`` reads
-them from /proc). The load generators (duetime's SDK or REST client, Celery's producers) are not
-counted.
+them from /proc). For every system the CPU is that of the same span, from just before the first
+job is created to the last start (``cpu_window``); each process's CPU over its whole life (its
+start-up, e.g. a fresh broker's JVM and JIT, and idle time) is kept beside it in
+``cpu_s_lifetime`` and not counted per job. The load generators (duetime's SDK or REST client,
+Celery's producers) are not counted.
 
 A throughput ratio above 1 and lateness and CPU ratios below 1 mean duetime is ahead.
 """
@@ -40,6 +43,15 @@ import sys
 from typing import Any
 
 from bench.common import RESULTS, progress, write_result
+
+MEASURED = (
+    "lateness = start (http: arrival at the sink) − due time, per job; throughput = distinct "
+    "jobs started ÷ (last start − first due); CPU per job (cpu_ms_per_job) = CPU seconds of "
+    "every process of the system over the scenario's window, from just before the first job "
+    "is created to the last start (http: arrival), the same span for every system "
+    "(cpu_window), ÷ jobs completed; cpu_s_lifetime keeps each process's CPU from its own "
+    "start (a fresh broker's JVM start-up and JIT, idle time) beside it, not counted per job"
+)
 
 PAIRS = {
     "burst-10000": ("worker-burst-10000", "peers-burst"),
@@ -97,8 +109,9 @@ def _more(result: dict[str, Any]) -> dict[str, Any]:
         "duplicates": result.get("duplicates"),
     }
     # CPU per job: CPU seconds of every process of the system (broker, database, each role or
-    # worker) ÷ jobs completed; ``cpu_s`` keeps the figure of each process
-    for key in ("cpu_ms_per_job", "system_cpu_s", "cpu_s"):
+    # worker) over the window (first create → last start) ÷ jobs completed; ``cpu_s`` keeps the
+    # figure of each process, ``cpu_s_lifetime`` each one's whole life (start-up, idle)
+    for key in ("cpu_ms_per_job", "system_cpu_s", "cpu_s", "cpu_s_lifetime", "cpu_window"):
         if result.get(key) is not None:
             out[key] = result[key]
     return out
@@ -223,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     if not table:
         print("nothing to compare: run the scenarios first (see bench/compare.py)", file=sys.stderr)
         return 1
-    write_result("comparison", {"scenario": "comparison", "pairs": table})
+    write_result(
+        "comparison", {"scenario": "comparison", "pairs": table, "config": {"measured": MEASURED}}
+    )
     _bar_chart(table)
     print(readme_table(table))
     return 0

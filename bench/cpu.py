@@ -3,16 +3,27 @@
 A process's CPU here is its own user + system time, that of its live descendants, and what
 its reaped children used (``cutime``/``cstime``): so a PostgreSQL postmaster counts its
 backends, a uvicorn or Celery parent its workers, even those that exited during the run.
-``CpuMeter`` takes a reading of each named process tree at the start and the end of the
-measured window and reports the difference, per name and in total. A process that is gone at
-the end (or unreadable) is reported as ``None`` rather than guessed.
+
+``CpuMeter`` reads each named process tree at ``start()`` and ``stop()``; with
+``interval_s`` it also samples them in a thread in between, so that the CPU of any span
+inside can be read afterwards (``window(start, end)``, linear between samples). That is how
+every benchmark reports the same span for every system: from just before the first job is
+created to the last start (or arrival), which is known only once the run is over. Beside the
+window, ``lifetime()`` keeps each process's CPU from its own start to the end of the run, so
+start-up and idle costs (a fresh broker's JVM start and JIT: 8-9 CPU-seconds) stay visible
+without being charged to the jobs. A process that is gone (or unreadable) is reported as
+``None`` rather than guessed.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from duetime.infra.process import listener_pid
 
@@ -61,31 +72,119 @@ def pid_listening(port: int) -> int | None:
     return listener_pid(port)
 
 
-class CpuMeter:
-    """CPU seconds per named process tree over a window: ``start()`` … ``stop()``."""
+SAMPLE_S = 0.5
+"""How often a benchmark's meter reads every process's CPU (a reading of a broker, a
+database and six roles costs the bench ~5 ms): a window's edges are interpolated between
+readings, so its error is a fraction of one interval's CPU."""
 
-    def __init__(self, pids: Mapping[str, int | None]) -> None:
+
+class Timeline:
+    """Cumulative CPU readings of one process tree: (unix seconds, CPU seconds), in order."""
+
+    def __init__(self) -> None:
+        self.times_s: list[float] = []
+        self.cpu_s: list[float] = []
+
+    def record(self, at_s: float, cpu_s: float) -> None:
+        # /proc's ticks never go back; a reading that seems to (a reaped child's time moving
+        # to the parent between two reads of the tree) is held at the previous one
+        if self.cpu_s and cpu_s < self.cpu_s[-1]:
+            cpu_s = self.cpu_s[-1]
+        if self.times_s and at_s <= self.times_s[-1]:
+            self.cpu_s[-1] = cpu_s
+            return
+        self.times_s.append(at_s)
+        self.cpu_s.append(cpu_s)
+
+    def at(self, at_s: float) -> float | None:
+        """The cumulative CPU at ``at_s``: linear between the readings around it, held at
+        the first or last reading outside them; None without readings."""
+        if not self.times_s:
+            return None
+        i = bisect.bisect_left(self.times_s, at_s)
+        if i == 0:
+            return self.cpu_s[0]
+        if i == len(self.times_s):
+            return self.cpu_s[-1]
+        t0, t1 = self.times_s[i - 1], self.times_s[i]
+        c0, c1 = self.cpu_s[i - 1], self.cpu_s[i]
+        return c0 + (c1 - c0) * (at_s - t0) / (t1 - t0)
+
+
+class CpuMeter:
+    """CPU seconds per named process tree over a window: ``start()`` … ``stop()``, then
+    ``seconds()`` for that window, ``window(a, b)`` for a span inside it (with
+    ``interval_s``: sampled in between) and ``lifetime()`` for each process's whole life."""
+
+    def __init__(self, pids: Mapping[str, int | None], interval_s: float | None = None) -> None:
         self.pids = dict(pids)
-        self.before: dict[str, float | None] = {}
-        self.after: dict[str, float | None] = {}
+        self.interval_s = interval_s
+        self.timelines: dict[str, Timeline] = {name: Timeline() for name in self.pids}
+        self.started_s: float | None = None
+        self.stopped_s: float | None = None
+        self.last: dict[str, float | None] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def add(self, name: str, pid: int | None) -> None:
-        """A process that starts inside the window: it is measured from zero."""
-        self.pids[name] = pid
-        self.before[name] = 0.0
+        """A process that starts inside the window: it is measured from zero at this call."""
+        with self._lock:
+            self.pids[name] = pid
+            self.timelines[name] = Timeline()
+            self.timelines[name].record(time.time(), 0.0)
 
     def start(self) -> None:
-        self.before.update({n: _read(p) for n, p in self.pids.items() if n not in self.before})
+        self.started_s = self._sample()
+        if self.interval_s is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
-        self.after = {n: _read(p) for n, p in self.pids.items()}
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+        self.stopped_s = self._sample()
+
+    def _run(self) -> None:
+        assert self.interval_s is not None
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> float:
+        with self._lock:
+            pids = dict(self.pids)
+        readings = {name: _read(pid) for name, pid in pids.items()}
+        now = time.time()
+        with self._lock:
+            for name, cpu in readings.items():
+                self.last[name] = cpu
+                if cpu is not None:
+                    self.timelines[name].record(now, cpu)
+        return now
 
     def seconds(self) -> dict[str, float | None]:
+        """CPU seconds per process from ``start()`` to ``stop()``; None for a process that
+        was gone at ``stop()``."""
+        if self.started_s is None or self.stopped_s is None:
+            return {name: None for name in self.pids}
+        out = self.window(self.started_s, self.stopped_s)
+        return {n: None if self.last.get(n) is None else s for n, s in out.items()}
+
+    def window(self, start_s: float, end_s: float) -> dict[str, float | None]:
+        """CPU seconds per process between two unix times (inside ``start()`` … ``stop()``:
+        an edge outside is held at the first or last reading)."""
         out: dict[str, float | None] = {}
-        for name in self.pids:
-            b, a = self.before.get(name), self.after.get(name)
-            out[name] = None if a is None or b is None else round(max(0.0, a - b), 2)
+        for name, line in self.timelines.items():
+            a, b = line.at(start_s), line.at(end_s)
+            out[name] = None if a is None or b is None else round(max(0.0, b - a), 2)
         return out
+
+    def lifetime(self) -> dict[str, float | None]:
+        """Each process's CPU seconds from its own start to ``stop()`` (start-up and idle
+        included); None for a process that was gone at ``stop()``."""
+        return {n: None if c is None else round(c, 2) for n, c in self.last.items()}
 
 
 def _read(pid: int | None) -> float | None:
@@ -103,4 +202,20 @@ def per_job(
     return {
         "system_cpu_s": total,
         "cpu_ms_per_job": None if total is None or jobs <= 0 else round(1000 * total / jobs, 3),
+    }
+
+
+def window_figures(meter: CpuMeter, start_s: float, end_s: float) -> dict[str, Any]:
+    """What a result records of ``meter``: ``cpu_s`` over [``start_s``, ``end_s``] (the
+    figure per job is computed from), ``cpu_s_lifetime`` (each process from its own start to
+    the meter's stop) and the window itself (unix seconds and its length)."""
+    end_s = max(start_s, end_s)
+    return {
+        "cpu_s": meter.window(start_s, end_s),
+        "cpu_s_lifetime": meter.lifetime(),
+        "cpu_window": {
+            "start_unix_s": round(start_s, 3),
+            "end_unix_s": round(end_s, 3),
+            "span_s": round(end_s - start_s, 2),
+        },
     }

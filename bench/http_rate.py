@@ -21,9 +21,9 @@ loopback sink), one ``duetime api`` (``--api-workers`` uvicorn processes) and on
 ``duetime projector``; the load generator is its own process (uvloop, ``--connections``
 keep-alive HTTP/1.1 connections, open loop: job i is sent at its planned time whatever the
 answers of earlier ones). CPU seconds of every process tree (Kafka, PostgreSQL, each role,
-the sink, the load generator) are read from /proc over the measured window (roles up → last
-arrival); CPU per job counts the system under test only (broker, database, roles: not the
-load generator nor the sink).
+the sink, the load generator) are read from /proc over the measured window (the first create
+→ the last arrival; each process's whole life in ``cpu_s_lifetime``); CPU per job counts the
+system under test only (broker, database, roles: not the load generator nor the sink).
 
 ``peers`` gives Celery and River the same schedule (rate, duration, lead) and the same
 deliveries (body and headers of API.md's HTTP target, to their own fresh sink): Celery's ETA
@@ -46,7 +46,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ from bench.common import (
     start_role,
     write_result,
 )
-from bench.cpu import CpuMeter, per_job, pid_listening
+from bench.cpu import per_job, window_figures
 from bench.rawhttp import RawHttpConnection
 from bench.sink import Sink, delivery_figures
 from duetime.infra.harness import RoleProc
@@ -324,16 +324,7 @@ def scenario_rate(
             procs["api"].wait_http(f"{api_url}/readyz", 90)
             if warmup_s > 0:
                 _warm_up(api_url, rate, warmup_s, connections, name)
-            kafka_port = int(common.bootstrap_servers.rsplit(":", 1)[1])
-            pg_port = int(re.search(r":(\d+)/", common.database_url).group(1))  # type: ignore[union-attr]
-            meter = CpuMeter(
-                {
-                    "kafka": pid_listening(kafka_port),
-                    "postgresql": pid_listening(pg_port),
-                    **{role: proc.process.pid for role, proc in procs.items()},
-                    "sink": sink.proc.pid if sink.proc else None,
-                }
-            )
+            meter = wt.system_meter(common, procs, sink=sink.proc.pid if sink.proc else None)
             kafka_before = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             meter.start()
             t0_s = time.time() + lead_s + 2  # the generator's first create: in ~2 s
@@ -361,18 +352,17 @@ def scenario_rate(
             )
         finally:
             wt.stop(list(procs.values()))
-    cpu_s = {
-        **meter.seconds(),
-        "load_generator": round(
-            children_after.children_user + children_after.children_system
-            - children_before.children_user - children_before.children_system, 2
-        ),
-    }  # fmt: skip
     figures = delivery_figures(
         sink.records, created, t0_s * 1000, lambda seq: t0_s * 1000 + seq * 1000 / rate
     )
     series = figures.pop("_series")
-    cost = per_job(cpu_s, figures["arrived"], exclude=NOT_SYSTEM)
+    # CPU from the first create (the generator's plan) to the last arrival, as for the peers
+    cpu = window_figures(meter, t0_s - lead_s, last_arrival_s(sink.records, created) or t0_s)
+    cpu["cpu_s"]["load_generator"] = round(
+        children_after.children_user + children_after.children_system
+        - children_before.children_user - children_before.children_system, 2
+    )  # fmt: skip
+    cost = per_job(cpu["cpu_s"], figures["arrived"], exclude=NOT_SYSTEM)
     result = {
         "scenario": name,
         "jobs": n,
@@ -380,7 +370,7 @@ def scenario_rate(
         "first_due_unix_ms": round(t0_s * 1000, 1),
         **figures,
         "create": summary,
-        "cpu_s": cpu_s,
+        **cpu,
         **cost,
         "worker_metrics": worker_metrics,
         "kafka_written": kafka_written,
@@ -399,7 +389,8 @@ def scenario_rate(
             "1 projector; load generator and sink in their own processes",
             "target": "http POST to bench.sink on 127.0.0.1 (200 at once)",
             "measured": "start lateness = arrival at the sink − body's scheduled_at; CPU per "
-            "job = CPU of broker, PostgreSQL and roles ÷ jobs arrived",
+            "job = CPU of broker, PostgreSQL and roles from the first create to the last arrival "
+            "(cpu_s, cpu_window) ÷ jobs arrived; cpu_s_lifetime: each process from its own start",
             "worker_env": {"DUETIME_WORKER_EGRESS_ALLOW": "loopback"},
             "command": f"./run bench http rate --rate {rate:g} --duration-s {duration_s:g} "
             f"--workers {workers} --api-workers {api_workers} --connections {connections} "
@@ -415,6 +406,16 @@ def scenario_rate(
           {"duetime: due → arrival at the sink": series}, t0_s * 1000)  # fmt: skip
     write_result(name, result)
     return result
+
+
+def last_arrival_s(records: Sequence[dict[str, Any]], created: Collection[int]) -> float | None:
+    """When the last created job first arrived at the sink (unix seconds); None if none did."""
+    firsts: dict[int, float] = {}
+    for rec in records:
+        seq, arrival = rec.get("seq"), rec.get("arrival_ms")
+        if isinstance(seq, int) and seq in created and isinstance(arrival, (int, float)):
+            firsts[seq] = min(firsts.get(seq, arrival), arrival)
+    return max(firsts.values()) / 1000 if firsts else None
 
 
 def _warm_up(api_url: str, rate: float, warmup_s: float, connections: int, name: str) -> None:

@@ -24,9 +24,11 @@ function (``bench.worker_throughput:noop``), so the figures are the cost of duet
   commit, the fetch, the lease claim and the start, all included.
 - ``rate`` and ``burst`` also run one projector (jobs are queryable only through it, as River's
   are through its table) and report CPU per job: the CPU seconds of the broker, PostgreSQL and
-  every role (``bench.cpu``), from just before the jobs are created until the last success,
-  divided by the jobs that succeeded. The SDK creating the jobs runs in this bench process and is
-  not counted (as the peers' producers and duetime's REST load generator are not).
+  every role (``bench.cpu``), from just before the jobs are created until the last start,
+  divided by the jobs that succeeded (``cpu_s``; each process's CPU over its whole life, its
+  start-up included, in ``cpu_s_lifetime``). The SDK creating the jobs runs in this bench
+  process and is not counted (as the peers' producers and duetime's REST load generator are
+  not).
 - ``lease``: claim + complete of E executions against PostgreSQL, one at a time and in the
   batches concurrent executions form; reported as µs per execution and round trips.
 """
@@ -61,7 +63,7 @@ from bench.common import (
     start_role,
     write_result,
 )
-from bench.cpu import CpuMeter, per_job, pid_listening
+from bench.cpu import SAMPLE_S, CpuMeter, per_job, pid_listening, window_figures
 from duetime.infra.harness import RoleProc, assign_all, reader, stop_all
 
 NOOP = "bench.worker_throughput:noop"
@@ -485,20 +487,31 @@ class TimedRun:
     metrics: dict[str, float]  # the workers' lease metrics
     t0_ms: int
     times_ms: list[int]
-    cpu_s: dict[str, float | None]  # CPU seconds per process (broker, PostgreSQL, each role)
+    # CPU seconds per process (broker, PostgreSQL, each role): ``cpu_s`` over the window
+    # (first create → last start), ``cpu_s_lifetime`` and ``cpu_window`` (bench.cpu)
+    cpu: dict[str, Any]
     kafka_written: dict[str, Any]  # what the run wrote to the broker (bench.kafka_count)
 
     def cpu_figures(self) -> dict[str, Any]:
-        """``cpu_s``, their total and CPU ms per succeeded job, and what Kafka wrote."""
+        """CPU seconds per process in the window and over each one's life, their total and
+        CPU ms per succeeded job (the window's), and what Kafka wrote."""
         return {
-            "cpu_s": self.cpu_s,
-            **per_job(self.cpu_s, len(self.results.success)),
+            **self.cpu,
+            **per_job(self.cpu["cpu_s"], len(self.results.success)),
             "kafka_written": self.kafka_written,
         }
 
 
-def system_meter(common: Any, procs: dict[str, RoleProc]) -> CpuMeter:
-    """A CPU meter over the broker, PostgreSQL and ``procs`` (by role name)."""
+CPU_MEASURED = (
+    "CPU per job = CPU seconds of the broker, PostgreSQL and every role from just before the "
+    "first create to the last start (cpu_s, cpu_window) ÷ jobs succeeded; cpu_s_lifetime: "
+    "each process from its own start (its start-up included) to the end of the run"
+)
+
+
+def system_meter(common: Any, procs: dict[str, RoleProc], **more: int | None) -> CpuMeter:
+    """A sampling CPU meter over the broker, PostgreSQL, ``procs`` (by role name) and ``more``
+    (name → pid)."""
     kafka_port = int(common.bootstrap_servers.rsplit(":", 1)[1])
     pg_port = re.search(r":(\d+)/", common.database_url)
     return CpuMeter(
@@ -506,8 +519,16 @@ def system_meter(common: Any, procs: dict[str, RoleProc]) -> CpuMeter:
             "kafka": pid_listening(kafka_port),
             "postgresql": pid_listening(int(pg_port.group(1))) if pg_port else None,
             **{role: proc.process.pid for role, proc in procs.items()},
-        }
+            **more,
+        },
+        interval_s=SAMPLE_S,
     )
+
+
+def last_start_s(results: Results) -> float | None:
+    """When the last job first started (unix seconds), from the workers' ``started_at``."""
+    firsts = [min(run[0] for run in runs) for runs in results.running.values() if runs]
+    return max(firsts) / 1000 if firsts else None
 
 
 def _timed_run(
@@ -522,7 +543,7 @@ def _timed_run(
     (or gave up). With ``feed_ahead_s`` the jobs are created by a feeder thread that keeps
     ``feed_ahead_s`` seconds of them ahead of their due time, as producers do in production;
     otherwise all are created up front. CPU is measured from just before the first create to
-    the last success."""
+    the last start (each process's lifetime beside it)."""
     with stack(PARTITIONS) as base, fresh(base) as common:
         procs: dict[str, RoleProc] = {}
         try:  # a start that fails or is interrupted stops the roles started so far
@@ -563,7 +584,10 @@ def _timed_run(
         finally:
             results.close()
             stop(list(procs.values()))
-    return TimedRun(results, create_s, metrics, t0_ms, times_ms, meter.seconds(), written)
+    # the window: just before the first create to the last start (as the peers measure it)
+    assert meter.started_s is not None and meter.stopped_s is not None
+    cpu = window_figures(meter, meter.started_s, last_start_s(results) or meter.stopped_s)
+    return TimedRun(results, create_s, metrics, t0_ms, times_ms, cpu, written)
 
 
 class Feeder:
@@ -652,7 +676,8 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
             "partitions": PARTITIONS,
             "worker_concurrency": WORKER_CONCURRENCY,
             "create_s": round(create_s, 1),
-            "measured": "worker started_at − due time (scheduler emit + delivery + worker)",
+            "measured": "worker started_at − due time (scheduler emit + delivery + worker); "
+            + CPU_MEASURED,
             "command": f"./run bench worker rate --rate {rate:g} "
             f"--duration-s {duration_s:g} --workers {workers}",
         },
@@ -698,7 +723,7 @@ def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
             "worker_concurrency": WORKER_CONCURRENCY,
             "create_s": round(create_s, 1),
             "measured": "worker started_at − T (all due at T); throughput = distinct jobs "
-            "started ÷ (last start − T), as bench/peers measures it",
+            "started ÷ (last start − T), as bench/peers measures it; " + CPU_MEASURED,
             "command": f"./run bench worker burst --jobs {jobs} --workers {workers}",
         },
     }

@@ -39,13 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CpuMeter
+from bench.cpu import SAMPLE_S, CpuMeter, window_figures
 
 from .common import (
     PEERS_HOME,
     REPO_ROOT,
     PeerError,
     Workload,
+    last_start_s,
     managed,
     progress,
     sigterm_as_keyboard_interrupt,
@@ -181,7 +182,8 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
 
     ``sink_url``: the HTTP variant, each task POSTs duetime's HTTP-target request there.
     The result's ``cpu_s`` holds the CPU seconds of Redis, the worker (with its pool) and
-    the producers from the worker being ready to the last start."""
+    the producers from just before the first publish to the last start (``cpu_window``);
+    ``cpu_s_lifetime`` those of Redis and the worker from their own start."""
     producers = producers or default_producers(workload)
     ensure_venv()
     redis_server = ensure_redis()
@@ -216,8 +218,10 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
                 wait_for(lambda: (records_dir / "worker-ready").exists(), 60,
                          "the Celery worker to be ready", worker, worker_log)  # fmt: skip
                 progress(PEER, f"worker ready ({' '.join(worker_flags)})")
-                meter = CpuMeter({"redis": redis_proc.pid, "celery_worker": worker.pid})
-                meter.start()
+                meter = CpuMeter(
+                    {"redis": redis_proc.pid, "celery_worker": worker.pid}, interval_s=SAMPLE_S
+                )
+                meter.start()  # just before the producers' first publish
                 t0 = time.time() + lead_s
                 children_before = os.times()
                 produced = _produce(
@@ -227,13 +231,14 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
                 timed_out = _wait_for_starts(workload, records_dir, t0, worker, worker_log)
                 meter.stop()
                 starts = _read_starts(records_dir)
-        cpu_s = {
-            **meter.seconds(),
-            "producers": round(
-                children_after.children_user + children_after.children_system
-                - children_before.children_user - children_before.children_system, 2
-            ),
-        }  # fmt: skip
+        # the window: the first publish to the last start, as duetime's (bench.cpu)
+        assert meter.started_s is not None and meter.stopped_s is not None
+        end_s = last_start_s(starts, workload.total) or meter.stopped_s
+        cpu = window_figures(meter, meter.started_s, end_s)
+        cpu["cpu_s"]["producers"] = round(
+            children_after.children_user + children_after.children_system
+            - children_before.children_user - children_before.children_system, 2
+        )  # fmt: skip
         publish_done = float(produced["publish_done_unix_s"])
         warnings: list[str] = []
         if workload.scenario == "burst" and publish_done > t0:
@@ -258,7 +263,7 @@ def run_celery(workload: Workload, concurrency: int | None = None, pool: str = "
         extra = {
             "producer_max_behind_s": round(float(produced["producer_max_behind_s"]), 3),
             "publish_s": round(publish_done - (t0 - lead_s), 3),
-            "cpu_s": cpu_s,
+            **cpu,
             "warnings": warnings,
         }
         return summarize(PEER, workload, t0, starts, versions, config, extra)

@@ -174,6 +174,16 @@ def summarize(
     }
 
 
+def last_start_s(starts: Iterable[tuple[int, float]], total: int) -> float | None:
+    """When the last of jobs 0 … ``total`` − 1 first started (unix seconds): the end of the
+    window CPU is measured over, as for duetime; None if none started."""
+    first_start: dict[int, float] = {}
+    for seq, at in starts:
+        if 0 <= seq < total:
+            first_start[seq] = min(first_start.get(seq, at), at)
+    return max(first_start.values()) if first_start else None
+
+
 def _round(x: float) -> float | None:
     return None if math.isnan(x) else round(x, 1)
 

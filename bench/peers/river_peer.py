@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CpuMeter
+from bench.cpu import SAMPLE_S, CpuMeter, window_figures
 from duetime.infra.local_postgres import LocalPostgres
 from duetime.infra.process import free_port
 
@@ -42,6 +42,7 @@ from .common import (
     PEERS_HOME,
     PeerError,
     Workload,
+    last_start_s,
     managed,
     progress,
     sigterm_as_keyboard_interrupt,
@@ -92,8 +93,9 @@ def run_river(
     """Run ``workload`` against River on a local PostgreSQL; return the result dictionary.
 
     ``sink_url``: the HTTP variant, each job POSTs duetime's HTTP-target request there. The
-    result's ``cpu_s`` holds the CPU seconds of PostgreSQL (from its database being created)
-    and of the Go process (inserts and work) until it exits."""
+    result's ``cpu_s`` holds the CPU seconds of PostgreSQL and of the Go process (inserts and
+    work) from its first insert to the last start (``cpu_window``), ``cpu_s_lifetime`` those
+    of PostgreSQL from its start and of the Go process from its start to its exit."""
     binary = build()
     lead_s = workload.effective_lead_s
     logging.getLogger("duetime.infra").setLevel(logging.WARNING)
@@ -107,7 +109,7 @@ def run_river(
         pg.start(timeout_s=120)
         pg.drop_database(DATABASE)
         pg.create_database(DATABASE)
-        meter = CpuMeter({"postgresql": pg.pid})
+        meter = CpuMeter({"postgresql": pg.pid}, interval_s=SAMPLE_S)
         meter.start()
         cmd = [
             str(binary), "-database-url", pg.url(DATABASE), "-scenario", workload.scenario,
@@ -127,19 +129,13 @@ def run_river(
         progress(PEER, f"running {workload.total} jobs (first due in {lead_s:.1f} s)")
         children_before = os.times()
         with managed(cmd, "river-peer", log, stdout=subprocess.PIPE, stderr=None) as proc:
+            meter.add("river_process", proc.pid)
             try:
                 out, _ = proc.communicate(timeout=budget_s)
             except subprocess.TimeoutExpired:
                 raise PeerError(f"river-peer did not finish in {budget_s:.0f} s") from None
         children_after = os.times()  # the Go process has exited and been reaped
         meter.stop()
-        cpu_s = {
-            **meter.seconds(),
-            "river_process": round(
-                children_after.children_user + children_after.children_system
-                - children_before.children_user - children_before.children_system, 2
-            ),
-        }  # fmt: skip
         if proc.returncode != 0:
             raise PeerError(f"river-peer failed (exit {proc.returncode})")
         summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
@@ -152,6 +148,15 @@ def run_river(
         for line in f:
             rec = json.loads(line)
             starts.append((int(rec["seq"]), rec["start_unix_ns"] / 1e9))
+    # the window: the first insert (the program inserts job i at its due time − lead) to the
+    # last start, as duetime's; the Go process's start-up, migration and wind-down are outside
+    assert meter.stopped_s is not None
+    cpu = window_figures(meter, t0 - lead_s, last_start_s(starts, workload.total) or t0)
+    # the reaped process's whole life, exactly (the meter's last reading precedes its exit)
+    cpu["cpu_s_lifetime"]["river_process"] = round(
+        children_after.children_user + children_after.children_system
+        - children_before.children_user - children_before.children_system, 2
+    )  # fmt: skip
     warnings: list[str] = []
     insert_done_s = summary["insert_done_unix_ns"] / 1e9
     if workload.scenario == "burst" and insert_done_s > t0:
@@ -170,7 +175,7 @@ def run_river(
         "producer_max_behind_s": round(summary["producer_max_behind_s"], 3),
         "insert_s": round(insert_done_s - (t0 - lead_s), 3),
         "all_completed_after_s": round(last_completed_s - t0, 3) if last_completed_s > 0 else None,
-        "cpu_s": cpu_s,
+        **cpu,
         "warnings": warnings,
     }
     return summarize(PEER, workload, t0, starts, summary["versions"], config, extra)

@@ -1,0 +1,144 @@
+"""bench/cpu.py: CPU seconds over a benchmark's window, read from /proc.
+
+The window arithmetic (readings → CPU between two instants) is pure and property-tested; the
+meter is checked on this test process itself, which burns a known amount of CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.cpu import CpuMeter, Timeline, per_job, window_figures
+from bench.http_rate import last_arrival_s
+from bench.peers.common import last_start_s
+
+readings = st.lists(st.tuples(st.floats(0.01, 10.0), st.floats(0.0, 5.0)), min_size=1, max_size=30)
+
+
+def _timeline(steps: list[tuple[float, float]]) -> Timeline:
+    """Readings every ``dt`` seconds from t = 100, each ``dcpu`` more than the last."""
+    line, at, cpu = Timeline(), 100.0, 0.0
+    for dt, dcpu in steps:
+        at, cpu = at + dt, cpu + dcpu
+        line.record(at, cpu)
+    return line
+
+
+@given(readings, st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_windows_add_up_and_stay_within_the_readings(
+    steps: list[tuple[float, float]], fa: float, fb: float, fc: float
+) -> None:
+    line = _timeline(steps)
+    lo, hi = line.times_s[0], line.times_s[-1]
+    a, b, c = sorted(lo + f * (hi - lo) for f in (fa, fb, fc))
+    at = {x: line.at(x) for x in (a, b, c)}
+    assert all(v is not None for v in at.values())
+    ca, cb, cc = (float(at[x]) for x in (a, b, c))  # type: ignore[arg-type]
+    # cumulative CPU never goes back, and two adjacent windows make the whole one
+    assert line.cpu_s[0] <= ca <= cb <= cc <= line.cpu_s[-1]
+    assert (cb - ca) + (cc - cb) == pytest.approx(cc - ca)
+
+
+@given(readings)
+def test_readings_are_returned_exactly_and_edges_outside_are_held(
+    steps: list[tuple[float, float]],
+) -> None:
+    line = _timeline(steps)
+    for at, cpu in zip(line.times_s, line.cpu_s, strict=True):
+        assert line.at(at) == pytest.approx(cpu)
+    assert line.at(line.times_s[0] - 50) == line.cpu_s[0]
+    assert line.at(line.times_s[-1] + 50) == line.cpu_s[-1]
+
+
+def test_interpolates_between_readings_and_never_goes_back() -> None:
+    line = Timeline()
+    assert line.at(5.0) is None
+    line.record(10.0, 1.0)
+    line.record(20.0, 3.0)
+    assert line.at(15.0) == pytest.approx(2.0)
+    # a tree read while a child's time moves to its parent can seem to go back: held
+    line.record(30.0, 2.5)
+    assert line.at(30.0) == pytest.approx(3.0)
+    # a second reading at the same instant replaces the first
+    line.record(30.0, 4.0)
+    assert line.at(30.0) == pytest.approx(4.0) and len(line.times_s) == 3
+
+
+def _burn(cpu_s: float) -> None:
+    """Spend ``cpu_s`` of this process's CPU (a busy loop, not a sleep)."""
+    until = time.process_time() + cpu_s
+    while time.process_time() < until:
+        pass
+
+
+def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
+    meter = CpuMeter({"me": os.getpid()}, interval_s=0.02)
+    _burn(0.3)  # before the window: in the lifetime, not in the window
+    meter.start()
+    begin = time.time()
+    _burn(0.4)
+    end = time.time()
+    _burn(0.3)  # after the window's end, before stop: not in the window either
+    meter.stop()
+    whole = meter.seconds()["me"]
+    window = meter.window(begin, end)["me"]
+    lifetime = meter.lifetime()["me"]
+    assert whole is not None and window is not None and lifetime is not None
+    # the sampler's thread and the clock tick (10 ms) blur the edges by a few readings
+    assert 0.3 <= window <= 0.55, window
+    assert whole >= 0.6, whole
+    assert lifetime >= whole + 0.3, (lifetime, whole)
+    figures = window_figures(meter, begin, end)
+    assert figures["cpu_s"] == {"me": window}
+    assert figures["cpu_s_lifetime"] == {"me": lifetime}
+    assert figures["cpu_window"]["span_s"] == pytest.approx(end - begin, abs=0.01)
+
+
+def test_a_process_added_inside_the_window_counts_from_zero_and_a_gone_one_is_none() -> None:
+    busy = "import time\nt = time.process_time() + 0.3\nwhile time.process_time() < t: pass"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    meter = CpuMeter({"me": os.getpid()}, interval_s=0.02)
+    meter.start()
+    meter.add("child", child.pid)
+    assert child.wait(60) == 0
+    meter.stop()
+    # reaped before stop(): its last reading is known, its figure at stop() is not guessed
+    assert meter.seconds()["child"] is None
+    assert meter.lifetime()["child"] is None
+    assert meter.seconds()["me"] is not None
+    window = meter.window(meter.started_s or 0.0, meter.stopped_s or 0.0)["child"]
+    assert window is not None and window <= 0.5
+
+
+def test_per_job_leaves_out_the_load_generator_and_unknown_processes() -> None:
+    cpu = {"kafka": 2.0, "api": 1.0, "load_generator": 5.0, "gone": None}
+    assert per_job(cpu, 1000, exclude=("load_generator",)) == {
+        "system_cpu_s": 3.0,
+        "cpu_ms_per_job": 3.0,
+    }
+    assert per_job({"gone": None}, 10) == {"system_cpu_s": None, "cpu_ms_per_job": None}
+    assert per_job(cpu, 0)["cpu_ms_per_job"] is None
+
+
+def test_window_ends_at_the_last_first_start_or_arrival() -> None:
+    # job 1 started twice: its first start counts; seq 7 is not part of the workload
+    starts = [(0, 10.0), (1, 12.0), (1, 15.0), (2, 11.0), (7, 99.0)]
+    assert last_start_s(starts, total=3) == 12.0
+    assert last_start_s([], total=3) is None
+    records: list[dict[str, Any]] = [
+        {"seq": 0, "arrival_ms": 1000.0},
+        {"seq": 1, "arrival_ms": 3000.0},
+        {"seq": 1, "arrival_ms": 2000.0},
+        {"seq": 5, "arrival_ms": 9000.0},  # not created: not counted
+        {"error": "bad body", "arrival_ms": 9500.0},
+    ]
+    assert last_arrival_s(records, {0, 1}) == 2.0
+    assert last_arrival_s([], {0}) is None
