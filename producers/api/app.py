@@ -44,6 +44,7 @@ from . import (
     ui,
 )
 from .deps import Res, Resources, no_unknown_query, require_token
+from .group import CreateGroups
 from .guard import Guard
 from .schemas import ErrorBody, Health
 from .settings import ApiSettings, is_loopback
@@ -82,7 +83,12 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
         # one admin client for the process: each one holds its own broker connections and
         # threads (a new one per /readyz grew the API from 11 to 39 threads over 80 calls)
         admin = kafka.admin(settings.common)
-        app.state.resources = Resources(settings, pool, client, writer, admin)
+        groups = None
+        if settings.group_max_jobs > 1:
+            groups = CreateGroups(
+                pool, writer, client, settings.group_max_jobs, settings.group_wait_ms / 1000
+            )
+        app.state.resources = Resources(settings, pool, client, writer, admin, groups=groups)
         log.info(
             "api ready on http://%s:%s (answers for hosts %s)",
             settings.host,
@@ -99,6 +105,8 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
         try:
             yield
         finally:
+            if groups is not None:  # creates already taken are written before Kafka closes
+                await groups.close(settings.publish_timeout_s)
             writer.close()
             await pool.close()
 

@@ -24,6 +24,7 @@ from duetime.core.redact import escape_control
 from duetime.producers.sdk import JobClient
 
 from .errors import Unauthorized, UnsupportedMediaType
+from .group import CreateGroups
 from .guard import json_media_type, unsupported_media_type
 from .jsondepth import deep_field, exceeds_depth, string_path
 from .pagination import BadRequest
@@ -48,6 +49,8 @@ class Resources:
     """Cron evaluations (next_runs) running at once in threads; the others wait their turn."""
     cluster_describe: asyncio.Future[Any] | None = None
     """The describe of the cluster in flight (GET /v1/cluster), shared by concurrent calls."""
+    groups: CreateGroups | None = None
+    """The group committer of single creates (None: each create in its own transaction)."""
 
     def now(self) -> datetime:
         """Wall-clock time from the SDK client's Clock (the one Clock of the process)."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from duetime.core import tracing
-from duetime.core.errors import Conflict, IllegalTransition, NotFound, ValidationError
+from duetime.core.errors import IllegalTransition, NotFound, ValidationError
 from duetime.core.models import Status as StatusValue
 from duetime.core.records import JobDefinition
 from duetime.core.schedule import OneTime, next_fire, parse_schedule, upcoming
@@ -23,6 +23,7 @@ from . import convert, store, uniqueness
 from .calendars import resolve_calendar
 from .deps import Res, Resources, parse_id, read_json, resources_of, validated
 from .errors import PreconditionFailed
+from .group import existing
 from .pagination import decode_cursor, page_of
 from .rows import JobRow
 from .schemas import (
@@ -76,6 +77,12 @@ async def create_job(request: Request, response: Response) -> dict[str, Any]:
     body, directive = uniqueness.take_directive(body, res.now())  # unique / debounce
     body = await resolve_calendar(res, body)  # a calendar's name → the copy of its rules
     definition = validated(res.client.build, body)
+    if directive is None and res.groups is not None:
+        # with the creates of the same few ms: one transaction, one wait for Kafka (group.py)
+        created = await res.groups.create(definition, tracing.from_mapping(request.headers))
+        if not created.new:
+            response.status_code = 200
+        return _created(created.job_id, created.status, created.next_run_at)
     # pipeline mode: BEGIN travels with the INSERT (one round trip to PostgreSQL fewer per
     # create); every statement below still reads its own result before the next step
     async with res.pool.connection() as conn, conn.pipeline(), conn.transaction():
@@ -86,14 +93,11 @@ async def create_job(request: Request, response: Response) -> dict[str, Any]:
                 return await uniqueness.deduplicated(conn, claim.duplicate_of, response)
         new = await store.insert_new_job(conn, definition)
         if new is None:
-            row = await store.existing_job(conn, definition.job_id)
-            if convert.job_spec(row) != convert.definition_spec(definition):
-                raise Conflict(
-                    f"job {definition.job_id} exists with a different definition",
-                    details={"job_id": definition.job_id},
-                )
+            found = await existing(conn, definition)  # 200 with the same body, else 409
+            if isinstance(found, Exception):
+                raise found
             response.status_code = 200
-            return _created(definition.job_id, row.status, row.next_run_at)
+            return _created(found.job_id, found.status, found.next_run_at)
         # the request's trace: a malformed or oversized header is ignored (core/tracing.py)
         trace = tracing.from_mapping(request.headers)
         await res.writer.publish(

@@ -13,3 +13,8 @@ LATENCY = Histogram(
     ["method", "route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
+GROUP_SIZE = Histogram(
+    "duetime_api_create_group_size",
+    "Single creates written in one transaction (group commit of POST /v1/jobs)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000),
+)

@@ -60,6 +60,10 @@ class ApiSettings:
     """How long a request waits for a PostgreSQL connection before answering 503."""
     publish_timeout_s: float = 10.0
     """How long a write waits for Kafka's acknowledgement before answering 503."""
+    group_max_jobs: int = 64
+    """Single creates written in one transaction at most (1: each alone; see ``group``)."""
+    group_wait_ms: float = 2.0
+    """How long a group's first create waits for more creates to join it."""
     workers: int = 1
     allowed_hosts: tuple[str, ...] | None = None
     """``Host`` header values answered (``name`` matches any port, ``name:port`` that port,
@@ -127,6 +131,8 @@ class ApiSettings:
             ),
             max_json_depth=env.integer("DUETIME_API_MAX_JSON_DEPTH", cls.max_json_depth, 2, 512),
             pool_size=env.integer("DUETIME_API_DB_POOL", cls.pool_size, 1, 1000),
+            group_max_jobs=env.integer("DUETIME_API_GROUP_MAX_JOBS", cls.group_max_jobs, 1, 1000),
+            group_wait_ms=env.number("DUETIME_API_GROUP_WAIT_MS", cls.group_wait_ms, 0.0, 1000.0),
             workers=env.integer("DUETIME_API_WORKERS", cls.workers, 1, 64),
             allowed_hosts=hosts or None,
             allowed_origins=origins,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -47,6 +47,10 @@ class Writer:
             loop.call_soon_threadsafe(resolve, err)
 
         result = publish(on_delivery)
+        await self._acknowledged(future)
+        return result
+
+    async def _acknowledged(self, future: asyncio.Future[KafkaError | None]) -> None:
         try:
             # asyncio.timeout, not wait_for: wait_for (3.11) wraps the future in a new task
             async with asyncio.timeout(self.timeout_s):
@@ -57,10 +61,35 @@ class Writer:
             ) from None
         if err is not None:
             raise Unavailable(f"Kafka refused the write: {err.str()}")
-        return result
 
     async def publish_many(self, publishes: list[Publish]) -> list[Any]:
         return list(await asyncio.gather(*(self.publish(p) for p in publishes)))
+
+    async def publish_all(self, publishes: Sequence[Publish]) -> None:
+        """Run every ``publish(on_delivery)`` and wait until Kafka acknowledged them all:
+        one wake-up of the event loop for the lot (the last acknowledgement, or the first
+        error), not one per event."""
+        if not publishes:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[KafkaError | None] = loop.create_future()
+        lock = threading.Lock()  # deliveries are served by this thread and by produce()'s poll
+        remaining = [len(publishes)]
+
+        def resolve(err: KafkaError | None) -> None:
+            if not future.done():
+                future.set_result(err)
+
+        def on_delivery(err: KafkaError | None) -> None:
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if err is not None or last:
+                loop.call_soon_threadsafe(resolve, err)
+
+        for publish in publishes:
+            publish(on_delivery)
+        await self._acknowledged(future)
 
     async def flush(self) -> None:
         try:
