@@ -130,8 +130,6 @@ def plot_series(
 @contextmanager
 def bench_stack(partitions: int) -> Iterator[Any]:
     """A local stack in .duetime/bench (its own ports) and a fresh topic prefix and database."""
-    import psycopg
-
     from duetime.core.config import CommonSettings, Env
     from duetime.infra.process import free_port
     from duetime.infra.stack import LocalStack, StackSettings
@@ -183,11 +181,28 @@ def bench_stack(partitions: int) -> Iterator[Any]:
                     future.result()
                 except Exception:
                     continue
-            with psycopg.connect(stack.postgres.url("postgres"), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            drop_database(stack.postgres.url("postgres"), db)
     finally:
         if stack.release():
             ports.unlink(missing_ok=True)
+
+
+def drop_database(url: str, db: str, timeout_s: float = 30.0) -> None:
+    """``DROP DATABASE … WITH (FORCE)``, tried again while it is refused for lack of privilege:
+    FORCE may not end an autovacuum worker (the superuser's) for the bench's role, and one
+    vacuuming the run's database made a finished run end in a traceback without its result."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)  # the autovacuum worker is done with a small database in ~1 s
 
 
 LOGS = ROOT / ".duetime" / "bench" / "logs"
