@@ -19,6 +19,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -415,7 +416,10 @@ class PartitionOwner:
         """The transform of one decoded input (a held command's job is known here)."""
         if isinstance(record, JobDefinition):
             new, out = logic.on_definition(state, record, now_ms)
-            if state is None:
+            if state is None and self._has_held(record.job_id):
+                # the definition's effects first, then its held commands' (each collected:
+                # the caller collects what the commands did). Without held commands the caller
+                # collects the new state once (collected here too, it was encoded twice)
                 self._collect(record.job_id, new, out)
                 return self._apply_held(record.job_id, new, now_ms)
             return new, out
@@ -448,10 +452,6 @@ class PartitionOwner:
     ) -> tuple[SchedulerState, logic.Outputs]:
         """A new job's held commands, in the order they were issued; then forget them."""
         total = logic.Outputs()
-        if not self.store.has_held(job_id) and not any(
-            j == job_id for j, _ in self.pending.held.values()
-        ):
-            return state, total  # the usual case: nothing overtook this job
         held = dict(self.store.held_for(job_id))
         held.update(
             (k, v) for k, (j, v) in self.pending.held.items() if j == job_id and v is not None
@@ -463,6 +463,12 @@ class PartitionOwner:
             total.extend(out)
             self.pending.held[key] = (job_id, None)
         return state, total
+
+    def _has_held(self, job_id: str) -> bool:
+        """Whether commands overtook this job's definition (the usual answer: no)."""
+        return self.store.has_held(job_id) or any(
+            j == job_id for j, _ in self.pending.held.values()
+        )
 
     def fire(self, now_ms: int, limit: int) -> int:
         """Fire every job whose wake-up time has come; returns how many jobs were handled."""
@@ -705,7 +711,7 @@ class PartitionOwner:
                 if share is not None:
                     headers.append((SHARE_HEADER, share.encode()))
             yield _Message(self.topics.state, job_id, value, self.partition, headers)
-            self.store.put(job_id, wake, value, state)
+            self.store.put(job_id, wake, value, state, awaited=bool(state.inflight))
         for key, (job_id, held) in p.held.items():
             yield _Message(self.topics.state, key, held, self.partition)
             self.store.hold(key, job_id, held)
@@ -713,11 +719,15 @@ class PartitionOwner:
     def _count(self, p: Pending, now_ms: int) -> None:
         metrics.TRANSACTIONS.inc()
         metrics.FAIRNESS_HELD.labels(partition=self.partition).set(self.fairness.held)
-        for request in p.out.executions:
-            metrics.EMITTED.labels(priority=request.priority, trigger=request.trigger).inc()
-            metrics.LATENESS.labels(priority=request.priority).observe(
-                max(0, now_ms - request.due_at_ms) / 1000
-            )
+        # a label lookup per series, not per request: in a burst it was 5 % of a fire's CPU
+        emitted = Counter((r.priority, r.trigger) for r in p.out.executions)
+        for (priority, trigger), n in emitted.items():
+            metrics.EMITTED.labels(priority=priority, trigger=trigger).inc(n)
+        for priority in {priority for priority, _ in emitted}:
+            lateness = metrics.LATENESS.labels(priority=priority)
+            for request in p.out.executions:
+                if request.priority == priority:
+                    lateness.observe(max(0, now_ms - request.due_at_ms) / 1000)
         metrics.DEAD_LETTERS.inc(len(p.out.dead_letters))
         for rescue in p.out.rescues:  # logged once committed: an aborted cycle rescued nothing
             self._report_rescue(rescue)

@@ -10,10 +10,10 @@ Writes of one scheduling cycle happen inside one SQLite transaction that is comm
 after the Kafka transaction commits, and rolled back when it aborts.
 
 The states written last are also kept decoded (``decoded_limit`` of them, only for jobs in the
-near-term window), so that firing a job and applying its results skip the SQLite read and the
-Avro decoding. A kept object is handed out once (``take_decoded``) and comes back with the next
-write of that job: the caller may change it in place without touching what is kept, and
-dropping it only costs a decoding. A rollback forgets them all.
+near-term window or waiting for a result), so that firing a job and applying its results skip
+the SQLite read and the Avro decoding. A kept object is handed out once (``take_decoded``) and
+comes back with the next write of that job: the caller may change it in place without
+touching what is kept, and dropping it only costs a decoding. A rollback forgets them all.
 """
 
 from __future__ import annotations
@@ -110,9 +110,13 @@ class StateStore:
         wake_at_ms: int | None,
         value: bytes,
         decoded: SchedulerState | None = None,
+        *,
+        awaited: bool = False,
     ) -> None:
         """Write a job's state; ``decoded``: the same state as an object, kept while the job
-        wakes within the loaded window (its next fire or result will want it)."""
+        wakes within the loaded window (its next fire or result will want it), or when
+        ``awaited``: a result is on its way (a fired job's wake-up is its rescue deadline,
+        past the window, but its result usually comes within seconds)."""
         self.begin()
         self._db.execute(
             "INSERT OR REPLACE INTO state (job_id, wake_at_ms, value) VALUES (?, ?, ?)",
@@ -120,7 +124,7 @@ class StateStore:
         )
         self._index(job_id, wake_at_ms)
         self._decoded.pop(job_id, None)  # re-inserted last: the dict's order is its age
-        if decoded is not None and job_id in self._near and self._decoded_limit > 0:
+        if decoded is not None and (awaited or job_id in self._near) and self._decoded_limit > 0:
             if len(self._decoded) >= self._decoded_limit:
                 del self._decoded[next(iter(self._decoded))]
             self._decoded[job_id] = decoded

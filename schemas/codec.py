@@ -48,7 +48,7 @@ import httpx
 from fastavro.validation import validate
 
 from duetime.core.errors import DecodeError, ValidationError
-from duetime.core.records import AvroRecord, JobDefinition, SchedulerState
+from duetime.core.records import AvroRecord, JobDefinition, SchedulerState, to_avro_without
 from duetime.schemas.cli import main
 from duetime.schemas.compatibility import compatibility_errors, history_errors
 from duetime.schemas.files import (
@@ -437,14 +437,15 @@ class Codec:
     ) -> bytes | None:
         """The state's bytes with its definition's kept bytes spliced in; None when a part
         does not encode (the caller's whole encoding then raises the error naming it)."""
-        plain = record.to_avro()
         definition = record.definition
         try:
             with self._parts_lock:
                 kept = self._parts.get(id(definition))
             if kept is not None and kept[0] is definition:
                 part = kept[1]
+                plain = to_avro_without(record, splice.field)  # the definition is in ``part``
             else:
+                plain = record.to_avro()
                 buffer = io.BytesIO()
                 fastavro.schemaless_writer(buffer, splice.part, plain[splice.field])
                 part = buffer.getvalue()

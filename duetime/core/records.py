@@ -488,11 +488,10 @@ def _compiled(cls: type) -> tuple[_Convert, _Convert]:
             # a dict lookup instead of the enum's call; an unknown symbol raises KeyError and
             # so takes the general path, whose call raises the ValueError naming it
             decode = decode._value2member_map_.__getitem__
-        scope[f"_d{i}"], scope[f"_e{i}"] = decode, encode
+        scope[f"_d{i}"] = decode
         value = f"d[{name!r}]" if decode is None else f"_d{i}(d[{name!r}])"
         args.append(f"{name}={value}")
-        attribute = f"r.{name}" if encode is None else f"_e{i}(r.{name})"
-        items.append(f"{name!r}: {attribute}")
+        items.append(_to_avro_item(i, name, encode, scope))
     source = (
         "def from_avro(d):\n"
         f"    if len(d) != {len(plan)}:\n"
@@ -508,6 +507,38 @@ def _compiled(cls: type) -> tuple[_Convert, _Convert]:
     pair = (scope["from_avro"], scope["to_avro"])
     _COMPILED[cls] = pair
     return pair
+
+
+def _to_avro_item(i: int, name: str, encode: _Convert | None, scope: dict[str, Any]) -> str:
+    """The generated ``to_avro``'s entry for field ``name`` (its encoder put in ``scope``)."""
+    scope[f"_e{i}"] = encode
+    attribute = f"r.{name}" if encode is None else f"_e{i}(r.{name})"
+    return f"{name!r}: {attribute}"
+
+
+_WITHOUT: dict[tuple[type, str], _Convert] = {}
+
+
+def to_avro_without(record: AvroRecord, skip: str) -> dict[str, Any]:
+    """The plain form of ``record`` without its field ``skip``: for a writer that has that
+    field's bytes already (the scheduler's codec splices a state's definition in from kept
+    bytes; converting the definition too was a quarter of encoding a state)."""
+    cls = type(record)
+    convert = _WITHOUT.get((cls, skip))
+    if convert is None:
+        plan = _plan_of(cls)
+        if skip not in {name for name, _, _ in plan}:
+            raise ValueError(f"{cls.__name__} has no field {skip!r}")
+        scope: dict[str, Any] = {}
+        items = [
+            _to_avro_item(i, name, encode, scope)
+            for i, (name, _, encode) in enumerate(plan)
+            if name != skip
+        ]
+        source = f"def to_avro(r):\n    return {{{', '.join(items)}}}\n"
+        exec(compile(source, f"<records: {cls.__name__} without {skip}>", "exec"), scope)
+        convert = _WITHOUT[(cls, skip)] = scope["to_avro"]
+    return cast(dict[str, Any], convert(record))
 
 
 def _general_from_avro(cls: type, data: Mapping[str, Any]) -> Any:

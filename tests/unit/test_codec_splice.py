@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from duetime.core.errors import ValidationError
 from duetime.core.models import Status
-from duetime.core.records import JobDefinition, SchedulerState
+from duetime.core.records import JobDefinition, SchedulerState, to_avro_without
 from duetime.schemas import codec as codec_module
 from duetime.schemas.codec import Codec
 
@@ -53,6 +53,24 @@ def test_a_definition_read_from_the_jobs_topic_is_spliced_as_it_was_written(
     spliced = codec.dump(state)
     assert spliced == codec.encode("state", state.to_avro())
     assert codec.load(SchedulerState, spliced) == state
+
+
+@PROPERTY
+@given(data=st.data())
+def test_the_plain_form_without_the_definition_is_the_rest_of_the_whole(
+    codec: Codec, data: st.DataObject
+) -> None:
+    # what the splice writes around the kept bytes (records.to_avro_without)
+    state = _state(codec, data)
+    whole = state.to_avro()
+    del whole["definition"]
+    assert to_avro_without(state, "definition") == whole
+
+
+def test_the_plain_form_without_an_unknown_field_is_refused(codec: Codec) -> None:
+    definition = codec.load(JobDefinition, codec.encode("job", job_record()))
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        to_avro_without(definition, "nope")
 
 
 def test_a_state_that_does_not_encode_still_names_its_field(codec: Codec) -> None:

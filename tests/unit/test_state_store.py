@@ -1,6 +1,6 @@
 """The scheduler store's kept decoded states (schedulers/store.py): handed out once, only what
-was written since the last rollback, only for jobs in the near-term window, never more than
-the limit."""
+was written since the last rollback, only for jobs in the near-term window or waiting for a
+result, never more than the limit."""
 
 from __future__ import annotations
 
@@ -46,6 +46,18 @@ def test_a_job_beyond_the_window_is_not_kept() -> None:
     assert store.take_decoded("a") is None and store.take_decoded("b") is None
 
 
+def test_a_job_waiting_for_its_result_is_kept_beyond_the_window() -> None:
+    # a fired job wakes at its rescue deadline, past the window; its result usually comes
+    # within seconds and then wants the state decoded
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    state = _state()
+    store.put("a", WINDOW_MS * 10, b"x", state, awaited=True)
+    store.put("b", None, b"y", _state(1), awaited=True)
+    assert store.take_decoded("a") is state
+    assert store.take_decoded("b") is not None
+
+
 def test_a_rollback_forgets_every_kept_state() -> None:
     store = StateStore(None, WINDOW_MS)
     store.advance(0)
@@ -59,6 +71,7 @@ def test_a_rollback_forgets_every_kept_state() -> None:
 
 _op = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(JOBS), st.one_of(st.none(), st.integers(0, 30_000))),
+    st.tuples(st.just("put_awaited"), st.sampled_from(JOBS), st.integers(0, 30_000)),
     st.tuples(st.just("take"), st.sampled_from(JOBS), st.none()),
     st.tuples(st.just("commit"), st.just(""), st.none()),
     st.tuples(st.just("rollback"), st.just(""), st.none()),
@@ -74,9 +87,9 @@ def test_what_is_handed_out_is_the_last_written_object_of_that_job(
     store.advance(0)
     written: dict[str, SchedulerState] = {}  # the model: the last object written since a rollback
     for n, (op, job, wake) in enumerate(ops):
-        if op == "put":
+        if op in ("put", "put_awaited"):
             obj = _state(n)
-            store.put(job, wake, b"v", obj)
+            store.put(job, wake, b"v", obj, awaited=op == "put_awaited")
             written[job] = obj
         elif op == "take":
             got = store.take_decoded(job)
