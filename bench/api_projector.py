@@ -49,7 +49,7 @@ from bench.common import (
     start_role,
     write_result,
 )
-from bench.cpu import CpuMeter
+from bench.cpu import CpuMeter, pid_listening
 from bench.rawhttp import RawHttpConnection
 from duetime.infra.harness import stop_all
 
@@ -401,8 +401,10 @@ def scenario_api(args: argparse.Namespace) -> None:
                 api.wait_http(f"{url}/readyz", 60)
                 # warm-up
                 _run_async(_load_api(url, min(500, args.jobs), args.concurrency, args.batch))
-                # the API's CPU (its uvicorn workers included) over the measured creates only
-                meter = CpuMeter({"api": api.pid})
+                # the API's CPU (its uvicorn workers included) and PostgreSQL's (the postmaster
+                # tree: every backend) over the measured creates only
+                pg_port = int(common.database_url.rsplit(":", 1)[1].split("/", 1)[0])
+                meter = CpuMeter({"api": api.pid, "postgresql": pid_listening(pg_port)})
                 meter.start()
                 progress(
                     f"{workers} worker(s): {args.jobs} creates, {args.concurrency} clients, "
@@ -415,11 +417,14 @@ def scenario_api(args: argparse.Namespace) -> None:
             finally:
                 api.stop(30)
         rate = args.jobs / duration
-        api_cpu_s = meter.seconds()["api"]
+        cpu_s = meter.seconds()
+        api_cpu_s, pg_cpu_s = cpu_s["api"], cpu_s["postgresql"]
         cpu_ms = None if api_cpu_s is None else round(api_cpu_s * 1000 / args.jobs, 3)
+        pg_ms = None if pg_cpu_s is None else round(pg_cpu_s * 1000 / args.jobs, 3)
         progress(
             f"{workers} worker(s): {rate:.0f} creates/s, {errors} errors, "
-            f"API CPU {api_cpu_s} s = {cpu_ms} ms a job, load {os.getloadavg()[0]:.1f}"
+            f"API CPU {api_cpu_s} s = {cpu_ms} ms a job, PostgreSQL {pg_ms} ms a job, "
+            f"load {os.getloadavg()[0]:.1f}"
         )
         runs.append(
             {
@@ -433,6 +438,9 @@ def scenario_api(args: argparse.Namespace) -> None:
                 "errors": errors,
                 "api_cpu_s": api_cpu_s,
                 "api_cpu_ms_per_job": cpu_ms,
+                "postgresql_cpu_s": pg_cpu_s,
+                "postgresql_cpu_ms_per_job": pg_ms,
+                "group_max_jobs": os.environ.get("DUETIME_API_GROUP_MAX_JOBS", "default"),
                 "load_average_1m": round(os.getloadavg()[0], 1),
             }
         )

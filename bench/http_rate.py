@@ -227,6 +227,30 @@ def scrape_counter(port: int, name: str) -> float | None:
     )
 
 
+def scrape_groups(api_port: int) -> dict[str, Any]:
+    """Group commit of the API's creates, as one of its uvicorn processes saw it (a scrape
+    reaches one of them): groups written, creates in them, mean creates a group."""
+    try:
+        url = f"http://127.0.0.1:{api_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    values = {
+        line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("duetime_api_create_group_size_")
+    }
+    groups = values.get("duetime_api_create_group_size_count", 0.0)
+    creates = values.get("duetime_api_create_group_size_sum", 0.0)
+    return {
+        "groups": int(groups),
+        "creates": int(creates),
+        "mean_size": round(creates / groups, 2) if groups else None,
+        "seen_by": "one API process, since it started (the warm-up included)",
+    }
+
+
 def scrape_workers(n: int) -> dict[str, Any]:
     """The workers' own view, summed over ``n`` workers: how long the HTTP calls took
     (``duetime_worker_execution_seconds``) and how late they started."""
@@ -350,6 +374,7 @@ def scenario_rate(
             worker_metrics["scheduler_transactions"] = scrape_counter(
                 wt.SCHEDULER_METRICS_PORT, "duetime_scheduler_transactions_total"
             )
+            api_groups = scrape_groups(api_port)
         finally:
             wt.stop(list(procs.values()))
     figures = delivery_figures(
@@ -373,6 +398,7 @@ def scenario_rate(
         **cpu,
         **cost,
         "worker_metrics": worker_metrics,
+        "api_create_groups": api_groups,
         "kafka_written": kafka_written,
         "warnings": warnings,
         "config": {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 import sys
 import uuid
@@ -475,22 +476,29 @@ def _dag_key(raw: Any) -> str | None:
     return None if raw is None else check_text(raw, "dag_key", max_chars=200)
 
 
+def json_size(value: Any) -> int:
+    """A definition field's size, close to its Avro size: a string counts as its UTF-8 bytes,
+    anything else as its compact JSON. None and plain numbers (half the fields of a job) are
+    counted without calling json.dumps: the same figures, for a fifth of a create's build."""
+    if isinstance(value, str):
+        return len(value.encode())
+    if value is None:
+        return 4  # null
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return len(repr(value))  # json.dumps writes both with their repr
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 def _check_size(definition: Mapping[str, Any]) -> None:
     """Refuse a job too large to travel as one record, naming its largest part."""
-
-    def size(value: Any) -> int:  # close to the Avro size: strings count as their bytes
-        if isinstance(value, str):
-            return len(value.encode())
-        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-
-    total = sum(size(v) for v in definition.values())
+    total = sum(json_size(v) for v in definition.values())
     if total <= MAX_DEFINITION_BYTES:
         return
-    largest = max(_SIZED_FIELDS, key=lambda f: size(definition.get(f)))
+    largest = max(_SIZED_FIELDS, key=lambda f: json_size(definition.get(f)))
     field = "payload" if largest == "payload_json" else largest
     raise PayloadTooLarge(
         f"the job is {total} bytes, over the limit of {MAX_DEFINITION_BYTES}; its largest "
-        f"part is {field} ({size(definition.get(largest))} bytes)",
+        f"part is {field} ({json_size(definition.get(largest))} bytes)",
         details={"field": field, "size_bytes": total, "limit_bytes": MAX_DEFINITION_BYTES},
     )
 

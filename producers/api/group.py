@@ -142,7 +142,9 @@ class CreateGroups:
         definitions = [group[i].definition for i in ordered]
         outcomes: dict[int, Created | Exception] = {}
         fresh: list[int] = []
-        async with self.pool.connection() as conn:
+        # pipeline mode: BEGIN travels with the INSERTs and COMMIT is one round trip, so a
+        # group costs PostgreSQL two round trips (each a wake-up of both processes)
+        async with self.pool.connection() as conn, conn.pipeline():
             try:
                 async with conn.transaction():
                     inserted = await store.insert_new_jobs(conn, definitions)

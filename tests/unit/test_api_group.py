@@ -1,8 +1,11 @@
-"""The group committer's pure part (which queued creates make the next group) and its
-settings; the committer itself is tested against the real stack in
-tests/integration/test_api_group.py."""
+"""The group committer's pure part (which queued creates make the next group), its
+settings, and the size count of a job's fields that every create runs; the committer itself
+is tested against the real stack in tests/integration/test_api_group.py."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 
 from duetime.core.config import Env
 from duetime.core.errors import ConfigError
+from duetime.core.jobspec import json_size
 from duetime.producers.api.group import take_group
 from duetime.producers.api.settings import ApiSettings
 
@@ -48,3 +52,21 @@ def test_group_settings_come_from_their_variables_and_are_checked() -> None:
         with pytest.raises(ConfigError) as bad:
             ApiSettings.from_env(Env({name: value}))
         assert bad.value.details["variable"] == name
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+def test_a_fields_size_is_its_json_size_without_json_for_plain_values(value: Any) -> None:
+    # the create path counts None and numbers without json.dumps: the figures must not move
+    expected = (
+        len(value.encode())
+        if isinstance(value, str)
+        else len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    )
+    assert json_size(value) == expected
