@@ -114,12 +114,8 @@ def watch(out: Path, jfr_s: float, timeout_s: float) -> None:
     assert pid is not None
     jfr = out / "broker.jfr"
     jfr.unlink(missing_ok=True)
-    subprocess.run(
-        ["jcmd", str(pid), "JFR.start", f"duration={int(jfr_s)}s", f"filename={jfr}",
-         "settings=profile", "name=duetime-bench"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    print(f"JFR on broker pid {pid} for {jfr_s:.0f} s -> {jfr}", file=sys.stderr)
+    if jfr_s > 0:
+        _start_jfr(pid, jfr, jfr_s)
     # the broker's threads are all up by now (its pools start with it)
     (out / "names.json").write_text(json.dumps(thread_names(pid)))
     with (out / "threads.jsonl").open("w") as f:
@@ -129,6 +125,15 @@ def watch(out: Path, jfr_s: float, timeout_s: float) -> None:
             time.sleep(1.0)
 
 
+def _start_jfr(pid: int, jfr: Path, jfr_s: float) -> None:
+    subprocess.run(
+        ["jcmd", str(pid), "JFR.start", f"duration={int(jfr_s)}s", f"filename={jfr}",
+         "settings=profile", "name=duetime-bench"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    print(f"JFR on broker pid {pid} for {jfr_s:.0f} s -> {jfr}", file=sys.stderr)
+
+
 def _window(
     samples: list[dict[str, Any]], names: dict[str, str], start: float, end: float
 ) -> dict[str, float]:
@@ -136,12 +141,17 @@ def _window(
     inside = [s for s in samples if start <= s["t"] <= end] or samples
     first, last = inside[0], inside[-1]
     print(f"threads: {last['t'] - first['t']:.0f} s of readings ({len(inside)})")
+    # a thread's last reading in the window: the JVM ends idle compiler threads (dynamic
+    # compiler threads), whose CPU would otherwise drop out of the sum
+    latest: dict[str, tuple[str, float]] = {}
+    for sample in inside:
+        latest.update(sample["cpu"])
     used: dict[str, float] = {}
-    for tid, (comm, cpu) in last["cpu"].items():
+    for tid, (comm, cpu) in latest.items():
         before = first["cpu"].get(tid, (comm, 0.0))[1]
         name = names.get(tid, comm)
         used[name] = used.get(name, 0.0) + cpu - before
-    return dict(used)
+    return used
 
 
 def report(out: Path, result: Path | None, top: int) -> None:
@@ -214,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("watch", help="profile the next benchmark's broker")
     w.add_argument("--out", type=Path, required=True)
-    w.add_argument("--jfr-s", type=float, default=60.0)
+    w.add_argument("--jfr-s", type=float, default=60.0, help="0: threads only, no JFR")
     w.add_argument("--timeout-s", type=float, default=1800.0)
     r = sub.add_parser("report", help="summarize a watch")
     r.add_argument("--out", type=Path, required=True)
