@@ -61,12 +61,22 @@ MARKER = ".duetime-complete"
 MAIN_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
 
 
-JVM_OPTS: tuple[str, ...] = ()
-# The JVM's default collector (G1). The serial collector was tried (one thread, no concurrent
-# phases: 4-15 % less broker CPU to start and per job) and reverted: its stop-the-world young
-# collections showed up as start lateness. `./run bench worker rate --rate 350 --duration-s 30`
-# on a quiet machine, fresh broker each: serial p50 247 / p99 642 ms (emit -> visible p50
-# 151 ms), G1 p50 197 / p99 496 ms (120 ms); broker CPU 36.6 vs 38.1 s.
+JVM_OPTS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
+# The client JIT (C1) only. A local broker lives for one test session or one benchmark run,
+# minutes, and C2 never finished compiling in one: JFR and per-thread CPU of a fresh broker
+# under `./run bench worker rate --rate 350 --duration-s 30` put 42-44 % of its CPU in the
+# C2 compiler thread (15-17 of 35-38 s over the measured window), still 0.3 core after 60 s
+# of load. C1-only code costs more per request (request and network threads +25-35 %), and
+# less in all: broker CPU over the window 23-28 s against 27-39 s, over its life (start-up
+# included) 30-34 s against 37-50 s, start lateness alike (p99 543-666 ms against
+# 481-850 ms; bench/README.md "What one job costs Kafka"). A broker that runs for hours
+# would win back that +25 % once C2 is done: a production broker is its operator's to tune.
+# The collector stays the JVM's default (G1). The serial collector was tried (one thread, no
+# concurrent phases: 4-15 % less broker CPU to start and per job) and reverted: its
+# stop-the-world young collections showed up as start lateness. `./run bench worker rate
+# --rate 350 --duration-s 30` on a quiet machine, fresh broker each: serial p50 247 / p99
+# 642 ms (emit -> visible p50 151 ms), G1 p50 197 / p99 496 ms (120 ms); broker CPU 36.6 vs
+# 38.1 s.
 """The broker JVM's options beside the heap size (local and test brokers only: a production
 broker is tuned by its operator)."""
 
