@@ -44,6 +44,7 @@ from . import (
     ui,
 )
 from .deps import Res, Resources, no_unknown_query, require_token
+from .fastcreate import FastCreate
 from .group import CreateGroups
 from .guard import Guard
 from .schemas import ErrorBody, Health
@@ -134,6 +135,9 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
     docs.install(app)
     openapi.install(app)
 
+    # innermost of the app's own middleware: POST /v1/jobs past FastAPI's routing and
+    # dependency solving (the same checks, route, model and error handlers: fastcreate.py)
+    app.add_middleware(FastCreate, api=app)
     if settings.allowed_origins:
         # the listed foreign origins may call the API from a browser (a JSON body needs a
         # CORS preflight); the Guard below has already refused every other origin's writes

@@ -91,6 +91,12 @@ async def require_token(
         raise Unauthorized("a valid bearer token is required (Authorization: Bearer <token>)")
 
 
+async def check_token(request: Request) -> None:
+    """``require_token`` as the ``/v1`` router's dependency runs it, for a caller that solves
+    no dependencies (``fastcreate``)."""
+    await require_token(request, await _bearer(request))
+
+
 def _query_names(dependant: Any) -> set[str]:
     names = {p.alias for p in dependant.query_params}
     for sub in dependant.dependencies:
