@@ -229,7 +229,8 @@ def scrape_counter(port: int, name: str) -> float | None:
 
 def scrape_groups(api_port: int) -> dict[str, Any]:
     """Group commit of the API's creates, as one of its uvicorn processes saw it (a scrape
-    reaches one of them): groups written, creates in them, mean creates a group."""
+    reaches one of them): groups written, creates in them, mean creates a group, and the mean
+    time a group spent per stage (where a create's latency goes)."""
     try:
         url = f"http://127.0.0.1:{api_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -239,14 +240,21 @@ def scrape_groups(api_port: int) -> dict[str, Any]:
     values = {
         line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("duetime_api_create_group_size_")
+        if line.startswith("duetime_api_create_group_")
     }
     groups = values.get("duetime_api_create_group_size_count", 0.0)
     creates = values.get("duetime_api_create_group_size_sum", 0.0)
+    stages = {}
+    for stage in ("queued", "insert", "kafka", "commit"):
+        label = f'{{stage="{stage}"}}'
+        count = values.get(f"duetime_api_create_group_stage_seconds_count{label}", 0.0)
+        total = values.get(f"duetime_api_create_group_stage_seconds_sum{label}", 0.0)
+        stages[stage] = round(1000 * total / count, 1) if count else None
     return {
         "groups": int(groups),
         "creates": int(creates),
         "mean_size": round(creates / groups, 2) if groups else None,
+        "stage_mean_ms": stages,
         "seen_by": "one API process, since it started (the warm-up included)",
     }
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,6 +63,7 @@ class _Pending:
     definition: JobDefinition
     trace: str | None
     future: asyncio.Future[Created]
+    queued_s: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
@@ -144,9 +146,12 @@ class CreateGroups:
         fresh: list[int] = []
         # pipeline mode: BEGIN travels with the INSERTs and COMMIT is one round trip, so a
         # group costs PostgreSQL two round trips (each a wake-up of both processes)
+        stage = _Stages(group[0].queued_s)  # the oldest create of the group
+        stage.done("queued")  # until its group started
         async with self.pool.connection() as conn, conn.pipeline():
             try:
                 async with conn.transaction():
+                    stage.done("insert")  # a connection, BEGIN and the INSERTs
                     inserted = await store.insert_new_jobs(conn, definitions)
                     for index, new in zip(ordered, inserted, strict=True):
                         if new is None:
@@ -155,7 +160,10 @@ class CreateGroups:
                         fresh.append(index)
                         job_id = group[index].definition.job_id
                         outcomes[index] = Created(job_id, new.status, new.next_run_at, new=True)
+                    stage.done("insert")
                     await self.writer.publish_all([self._publisher(group[i]) for i in fresh])
+                    stage.done("kafka")
+                stage.done("commit")
             except RetryableError as exc:  # Kafka: the rows rolled back, the new ones retry
                 for index in fresh:
                     outcomes[index] = exc
@@ -178,6 +186,26 @@ class CreateGroups:
             self._start()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+
+class _Stages:
+    """Times the stages of one group into ``GROUP_STAGE_SECONDS``: where a create's latency
+    goes (queued until its group starts; then the wait for a connection and the INSERTs, for
+    Kafka's acks, for COMMIT)."""
+
+    __slots__ = ("_last", "_spent")
+
+    def __init__(self, since_s: float) -> None:
+        self._last = since_s
+        self._spent: dict[str, float] = {}
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self._spent[stage] = self._spent.get(stage, 0.0) + now - self._last
+        self._last = now
+        if stage == "commit":  # the last stage: a failed group is not timed
+            for name, seconds in self._spent.items():
+                metrics.GROUP_STAGE_SECONDS.labels(name).observe(seconds)
 
 
 def take_group(job_ids: Sequence[str], max_jobs: int) -> tuple[list[int], list[int]]:

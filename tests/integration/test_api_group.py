@@ -100,6 +100,9 @@ def test_creates_at_once_share_a_group_and_each_gets_its_own_answer(
             other = {**existing, "name": "another body"}
             answers = post_all(c, [*fresh, existing, other, twice, twice])
             groups_after, creates_after = group_sizes(c)
+            metrics = c.get("/metrics").text
+        for stage in ("queued", "insert", "kafka", "commit"):  # where the latency went
+            assert f'duetime_api_create_group_stage_seconds_count{{stage="{stage}"}}' in metrics
         for body, answer in zip(fresh, answers[:8], strict=True):
             assert answer.status_code == 201, answer.text
             assert answer.json() == {"job_id": body["job_id"], "status": "pending",
