@@ -58,6 +58,20 @@ def test_a_job_waiting_for_its_result_is_kept_beyond_the_window() -> None:
     assert store.take_decoded("b") is not None
 
 
+def test_a_job_waiting_for_its_result_never_evicts_one_still_to_fire() -> None:
+    store = StateStore(None, WINDOW_MS, decoded_limit=2)
+    store.advance(0)
+    due = [_state(1), _state(2)]
+    store.put("a", 1_000, b"x", due[0])
+    store.put("b", 1_000, b"y", due[1])
+    store.put("c", WINDOW_MS * 10, b"z", _state(3), awaited=True)  # no room: not kept
+    assert store.take_decoded("c") is None
+    assert store.take_decoded("a") is due[0]  # taken by its fire: room for it again
+    fired = _state(4)
+    store.put("a", WINDOW_MS * 10, b"x2", fired, awaited=True)
+    assert store.take_decoded("b") is due[1] and store.take_decoded("a") is fired
+
+
 def test_a_rollback_forgets_every_kept_state() -> None:
     store = StateStore(None, WINDOW_MS)
     store.advance(0)
