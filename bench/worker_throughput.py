@@ -640,8 +640,18 @@ def start_figures(results: Results, n: int) -> dict[str, Any]:
             after_emit.append(started - emitted_visible[0])
             after_visible.append(started - emitted_visible[1])
     span_ms = max(s for s, _ in firsts) - min(d for _, d in firsts) if len(firsts) > 1 else 0
+    # the timeline's other two ends: when the scheduler emitted each request (its emitted_at),
+    # and when a read_committed reader got it (after the scheduler's transaction committed),
+    # both against the first due time (T in a burst)
+    first_due = min((d for _, d in firsts), default=0)
     return {
         "lateness_ms": percentiles(lateness),
+        "emitted_after_first_due_ms": percentiles(
+            [e - first_due for e, _ in results.requests.values()]
+        ),
+        "visible_after_first_due_ms": percentiles(
+            [v - first_due for _, v in results.requests.values()]
+        ),
         "start_after_emit_ms": percentiles(after_emit),
         "start_after_visible_ms": percentiles(after_visible),
         "started_throughput_jobs_per_s": round(len(firsts) / max(0.001, span_ms / 1000), 1),

@@ -17,7 +17,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -37,6 +37,26 @@ from .restores import Restored, Restores
 from .settings import SchedulerSettings
 
 log = logging.getLogger("duetime.scheduler")
+
+
+def fire_order(partitions: Iterable[int], first: int) -> list[int]:
+    """The order a cycle fires its partitions in: ascending, from the first one at or after
+    ``first`` (where the last cycle's fire budget ran out), wrapping around. In a burst every
+    partition gets its turn, and none waits behind the others' whole backlogs."""
+    ordered = sorted(partitions)
+    start = next((i for i, p in enumerate(ordered) if p >= first), 0)
+    return ordered[start:] + ordered[:start]
+
+
+def read_limit(bursting: bool, batch_size: int, cycle_fire_limit: int) -> int:
+    """Input records a cycle reads: a fifth of the fire budget while a burst is being fired
+    (the last cycle's budget ran out with jobs still due), else a whole batch. The results of
+    a burst's first slices flood in while its next slices wait, and applying a result costs
+    half a fire: they are read a little at a time until the burst is out (bounded by the
+    burst, never stopped: at least one record a cycle)."""
+    if bursting:
+        return max(1, min(batch_size, cycle_fire_limit // 5))
+    return batch_size
 
 
 class Scheduler:
@@ -99,6 +119,10 @@ class Scheduler:
         """Subscribed to the schedulers' group (left while the clock stays bad)."""
         self._held_inputs: set[tuple[str, int]] = set()
         """Input partitions paused at a record that would emit while firing is stopped."""
+        self._fire_next = 0
+        """The partition the next cycle fires first (where the last cycle's budget ran out)."""
+        self._bursting = False
+        """The last cycle's fire budget ran out: more jobs are due than a cycle fires."""
 
     def _restore_reader(self) -> Consumer:
         # the restore reader needs no group: it reads a state partition from its beginning
@@ -213,7 +237,7 @@ class Scheduler:
     def _cycle(self) -> None:
         if self.restores.pending():
             self._install_restored()
-        msgs = kafka.read_batch(self.consumer, self.settings.batch_size, self._poll_timeout_s())
+        msgs = kafka.read_batch(self.consumer, self._read_limit(), self._poll_timeout_s())
         now_ms = self.clock.now_ms()
         # judged on the very reading the cycle fires with: a clock stepped since the last
         # probe stops this cycle's fires, not the next probe's
@@ -230,17 +254,28 @@ class Scheduler:
                 self._hold_input(msg)
         busy = []
         now_s = time.monotonic()
-        for owner in self.owners.values():
-            if self.firing and owner.inputs_read(self.consumer, now_ms):
-                owner.fire(now_ms, self.settings.fire_limit)
+        budget = self.settings.cycle_fire_limit
+        for owner in self._fire_order():
+            if self.firing and budget > 0 and owner.inputs_read(self.consumer, now_ms):
+                fired = owner.fire(now_ms, min(self.settings.fire_limit, budget))
+                budget -= fired
+                if budget <= 0:  # the next cycle starts after this partition
+                    self._fire_next = owner.partition + 1
             if self._due_for_commit(owner, now_s):
                 busy.append(owner)
+        self._bursting = budget <= 0
         # each partition commits its own transaction; the waits overlap (the client releases
         # the GIL while it waits for the broker), so N busy partitions cost ~one round trip
         if len(busy) == 1:
             self._commit(busy[0])
         elif busy:
             list(self._pool.map(self._commit, busy))
+
+    def _read_limit(self) -> int:
+        return read_limit(self._bursting, self.settings.batch_size, self.settings.cycle_fire_limit)
+
+    def _fire_order(self) -> list[PartitionOwner]:
+        return [self.owners[p] for p in fire_order(self.owners, self._fire_next)]
 
     def _hold_input(self, msg: Message) -> None:
         """Firing is stopped and this record would emit an execution request: read its

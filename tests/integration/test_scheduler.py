@@ -104,6 +104,41 @@ def test_one_time_job_fires_once_on_time(
     assert request["_topic"].endswith("exec.normal")
 
 
+def test_a_burst_is_fired_in_slices_of_the_cycle_limit_each_job_once(
+    settings: CommonSettings, client: JobClient, executions: TopicReader
+) -> None:
+    # a cycle's requests are visible only once it commits: a burst is fired and committed in
+    # slices of DUETIME_SCHEDULER_CYCLE_FIRE_LIMIT, so workers start on the first slice early
+    limit, n = 7, 40
+    running = Running(
+        SchedulerSettings(common=settings, misfire_threshold_s=1.0, cycle_fire_limit=limit)
+    )
+    try:
+        wait_for(
+            lambda: running.owned() == settings.partitions,
+            30,
+            "the scheduler to own all partitions",
+        )
+        at = datetime.now(UTC) + timedelta(seconds=3)
+        jobs = client.create_jobs(
+            [{"name": f"burst-{i}", "schedule": {"at": iso(at)}, "target": HTTP_TARGET}
+             for i in range(n)]
+        )  # fmt: skip
+        ids = {job.job_id for job in jobs}
+
+        def burst() -> list[dict[str, Any]]:
+            return [r for r in executions.snapshot() if r["job_id"] in ids]
+
+        wait_for(lambda: len(burst()) >= n, 30, f"the {n} jobs due at once to fire")
+        got = burst()
+        assert Counter(r["job_id"] for r in got) == Counter(ids)  # each once
+        # one emission instant per cycle: at most `limit` requests share one
+        emitted = Counter(r["emitted_at_ms"] for r in got)
+        assert max(emitted.values()) <= limit and len(emitted) >= -(-n // limit)
+    finally:
+        running.stop()
+
+
 def test_past_one_time_job_runs_now_and_recreate_is_idempotent(
     scheduler: Running, client: JobClient, executions: TopicReader
 ) -> None:

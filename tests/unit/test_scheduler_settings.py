@@ -1,4 +1,4 @@
-"""The scheduler's group timing settings: the heartbeat must fit inside the session."""
+"""The scheduler's settings: the heartbeat must fit inside the session; the cycle fire limit."""
 
 from __future__ import annotations
 
@@ -42,3 +42,18 @@ def test_a_heartbeat_out_of_bounds_is_refused(value: str) -> None:
     with pytest.raises(ConfigError) as info:
         SchedulerSettings.from_env(Env({HEARTBEAT: value}))
     assert info.value.details["variable"] == HEARTBEAT
+
+
+CYCLE_FIRE_LIMIT = "DUETIME_SCHEDULER_CYCLE_FIRE_LIMIT"
+
+
+def test_the_cycle_fire_limit_is_read() -> None:
+    assert SchedulerSettings.from_env(Env({})).cycle_fire_limit == 1000
+    assert SchedulerSettings.from_env(Env({CYCLE_FIRE_LIMIT: "250"})).cycle_fire_limit == 250
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1000001", "lots", "2.5"])
+def test_a_cycle_fire_limit_out_of_bounds_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        SchedulerSettings.from_env(Env({CYCLE_FIRE_LIMIT: value}))
+    assert CYCLE_FIRE_LIMIT in info.value.message
