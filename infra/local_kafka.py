@@ -69,7 +69,7 @@ JVM_OPTS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 # of load. C1-only code costs more per request (request and network threads +25-35 %), and
 # less in all: broker CPU over the window 23-28 s against 27-39 s, over its life (start-up
 # included) 30-34 s against 37-50 s, start lateness alike (p99 543-666 ms against
-# 481-850 ms; bench/README.md "What one job costs Kafka"). A broker that runs for hours
+# 481-947 ms; bench/README.md "What one job costs Kafka"). A broker that runs for hours
 # would win back that +25 % once C2 is done: a production broker is its operator's to tune.
 # The collector stays the JVM's default (G1). The serial collector was tried (one thread, no
 # concurrent phases: 4-15 % less broker CPU to start and per job) and reverted: its
