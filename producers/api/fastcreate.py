@@ -45,15 +45,15 @@ class FastCreate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or scope["path"] != PATH
+            scope.get("path") != PATH
+            or scope.get("method") != "POST"
+            or scope.get("type") != "http"
             or scope.get("query_string")
         ):
             await self.app(scope, receive, send)
             return
         route = self._route()
-        scope["route"] = route  # the route template ObserveRequests labels the request with
+        scope.update(route=route)  # the route template ObserveRequests labels the request with
         request = Request(scope, receive)
         try:
             await check_token(request)
