@@ -48,7 +48,7 @@ CYCLE_FIRE_LIMIT = "DUETIME_SCHEDULER_CYCLE_FIRE_LIMIT"
 
 
 def test_the_cycle_fire_limit_is_read() -> None:
-    assert SchedulerSettings.from_env(Env({})).cycle_fire_limit == 1000
+    assert SchedulerSettings.from_env(Env({})).cycle_fire_limit == 1_000_000  # no limit
     assert SchedulerSettings.from_env(Env({CYCLE_FIRE_LIMIT: "250"})).cycle_fire_limit == 250
 
 
