@@ -230,6 +230,9 @@ class PartitionOwner:
         self.pending = Pending()
         self.producer = producer
         """Transactional, ``init_transactions`` done: the previous owner is fenced."""
+        self.abandoned = False
+        """Set by the scheduler when a commit's calls blocked past DUETIME_SCHEDULER_COMMIT_STALL_S
+        and the partition started over: whatever the blocked call returns changes nothing."""
         self.owned_since_ms = clock.now_ms()
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
         self._input_ends: dict[str, int] | None = None
@@ -685,7 +688,11 @@ class PartitionOwner:
                 )
             self.producer.commit_transaction(10)
         except KafkaException as exc:
+            if self.abandoned:  # the scheduler gave this owner up while the call blocked
+                return None
             self._recover(exc, consumer)
+            return None
+        if self.abandoned:
             return None
         self.store.commit()
         self.fairness.commit()

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -265,11 +265,35 @@ class Scheduler:
                 busy.append(owner)
         self._bursting = budget <= 0
         # each partition commits its own transaction; the waits overlap (the client releases
-        # the GIL while it waits for the broker), so N busy partitions cost ~one round trip
-        if len(busy) == 1:
-            self._commit(busy[0])
-        elif busy:
-            list(self._pool.map(self._commit, busy))
+        # the GIL while it waits for the broker), so N busy partitions cost ~one round trip.
+        # In threads even for one: a call that never returns must not stop the loop
+        if busy:
+            self._commit_all(busy)
+
+    def _commit_all(self, busy: list[PartitionOwner]) -> None:
+        """Commit the busy partitions; one whose transaction calls are still blocked after
+        DUETIME_SCHEDULER_COMMIT_STALL_S is given up and started over with a new producer
+        (``init_transactions`` fences the stuck one), so one wedged client cannot stop every
+        partition of the scheduler."""
+        futures = {self._pool.submit(self._commit, owner): owner for owner in busy}
+        _, stuck = wait(futures, timeout=self.settings.commit_stall_s)
+        if not stuck:
+            return
+        for future in stuck:
+            owner = futures[future]
+            owner.abandoned = True  # whatever the blocked call returns, it changes nothing
+            metrics.TXN_ABORTS.labels(reason="stalled").inc()
+            log.error(
+                "partition %s: its transaction calls did not return within %.0f s: starting "
+                "it over with a new producer",
+                owner.partition,
+                self.settings.commit_stall_s,
+                extra={"partition": owner.partition},
+            )
+            self._lost[owner.partition] = owner
+        # the stuck calls keep their threads: later cycles get fresh ones
+        self._pool.shutdown(wait=False)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
 
     def _read_limit(self) -> int:
         return read_limit(self._bursting, self.settings.batch_size, self.settings.cycle_fire_limit)
@@ -372,9 +396,13 @@ class Scheduler:
         try:
             owner.commit(self.consumer, self.clock.now_ms())
         except PartitionLost as exc:
+            if owner.abandoned:
+                return  # given up while blocked: its partition started over meanwhile
             log.error("lost partition %s: %s", p, exc, extra={"partition": p})
             self._lost[p] = owner
         except Exception:
+            if owner.abandoned:
+                return
             # a bug or an unexpected client error: the cycle's outcome is unknown, so the
             # partition starts over from its changelog (fencing our own old producer)
             log.exception("partition %s cycle failed: restoring it", p, extra={"partition": p})

@@ -58,6 +58,12 @@ class SchedulerSettings:
     execution request, dead letter or command) commits at most this often: each transaction
     costs the broker about ten requests and log appends, and one per input record was most
     of its CPU. Anything someone waits for commits in the cycle that made it."""
+    commit_stall_s: float = 30.0
+    """A partition's transaction calls that have not returned after this long are given up:
+    the partition starts over with a new producer (fencing the stuck one). Its calls carry 10 s
+    timeouts, but librdkafka 2.16's send_offsets_to_transaction can wait forever for a group
+    coordinator it cached before a broker restart (confluentinc/librdkafka#5456, #5511):
+    seen in the broker-SIGKILL fault scenario, the scheduler stopped firing for good."""
     transaction_timeout_ms: int = 30_000
     """How long the broker lets an open transaction of a silent owner block read_committed
     readers before aborting it (only when nobody takes the partition over: a new owner aborts
@@ -153,6 +159,9 @@ class SchedulerSettings:
             ),
             commit_interval_s=env.number(
                 "DUETIME_SCHEDULER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.0, 10.0
+            ),
+            commit_stall_s=env.number(
+                "DUETIME_SCHEDULER_COMMIT_STALL_S", cls.commit_stall_s, 1.0, 3600.0
             ),
             # the bounds are the workers' own (consumers/worker/settings.py)
             lease_ttl_s=env.number("DUETIME_LEASE_TTL_S", cls.lease_ttl_s, 0.5, 3600.0),

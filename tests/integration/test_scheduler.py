@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 from collections import Counter
@@ -522,3 +523,46 @@ def test_an_input_whose_state_cannot_be_written_is_parked_not_retried(
     finally:
         poison.close()
         dlq.close()
+
+
+def test_a_commit_that_blocks_past_the_stall_limit_starts_its_partition_over(
+    settings: CommonSettings, client: JobClient, executions: TopicReader
+) -> None:
+    # librdkafka 2.16's send_offsets_to_transaction can wait forever for a group coordinator
+    # cached before a broker restart (confluentinc/librdkafka#5456): such a partition is given
+    # up after DUETIME_SCHEDULER_COMMIT_STALL_S and taken back with a new producer, and the
+    # scheduler's other partitions never wait on it. The stuck call is simulated by holding
+    # the first commit of one partition on an event (the Kafka client itself is real).
+    running = Running(
+        SchedulerSettings(common=settings, misfire_threshold_s=30.0, commit_stall_s=1.0)
+    )
+    release = threading.Event()
+    try:
+        wait_for(lambda: running.owned() == settings.partitions, 30, "all partitions owned")
+        stuck = running.scheduler.owners[0]
+        real_commit = stuck.commit
+
+        def blocked(consumer: Any, now_ms: int) -> int | None:
+            release.wait(60)
+            return real_commit(consumer, now_ms)
+
+        stuck.commit = blocked  # type: ignore[method-assign]
+        at = datetime.now(UTC) + timedelta(seconds=2)
+        # 40 jobs: some land in partition 0 (all of them miss it with odds of (2/3)^40 at 3)
+        jobs = client.create_jobs(
+            [{"name": f"stall-{i}", "schedule": {"at": iso(at)}, "target": HTTP_TARGET}
+             for i in range(40)]
+        )  # fmt: skip
+        ids = {job.job_id for job in jobs}
+
+        def fired() -> Counter[str]:
+            return Counter(r["job_id"] for r in executions.snapshot() if r["job_id"] in ids)
+
+        wait_for(lambda: set(fired()) == ids, 60, "every job to fire, the stuck partition's too")
+        assert running.scheduler.owners[0] is not stuck and stuck.abandoned
+        release.set()  # the blocked call returns now: it must change nothing
+        wait_for(lambda: not running.scheduler._lost, 10, "no partition left to take back")
+        assert max(fired().values()) == 1
+    finally:
+        release.set()
+        running.stop()
