@@ -120,6 +120,8 @@ def create_app(settings: ApiSettings, *, clock: Clock = SYSTEM_CLOCK) -> FastAPI
         redoc_url=None,
     )
     errors.install(app)
+    # a dependency added here must also run in fastcreate.py, which serves POST /v1/jobs
+    # without solving them (tests/integration/test_api_fastcreate.py compares both paths)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_token), Depends(no_unknown_query)])
     v1.include_router(batch.router, tags=["jobs"])  # before /jobs/{job_id}: its own path
     v1.include_router(jobs.router, tags=["jobs"])
