@@ -58,11 +58,12 @@ class SchedulerSettings:
     execution request, dead letter or command) commits at most this often: each transaction
     costs the broker about ten requests and log appends, and one per input record was most
     of its CPU. Anything someone waits for commits in the cycle that made it."""
-    commit_stall_s: float = 30.0
+    commit_stall_s: float = 20.0
     """A partition's transaction calls that have not returned after this long are given up:
     the partition starts over with a new producer (fencing the stuck one). Its calls carry 10 s
-    timeouts, but librdkafka 2.16's send_offsets_to_transaction can wait forever for a group
-    coordinator it cached before a broker restart (confluentinc/librdkafka#5456, #5511):
+    timeouts (20 s for the two of a commit), but librdkafka 2.16's send_offsets_to_transaction
+    can wait forever for a group coordinator it cached before a broker restart
+    (confluentinc/librdkafka#5456, #5511):
     seen in the broker-SIGKILL fault scenario, the scheduler stopped firing for good."""
     transaction_timeout_ms: int = 30_000
     """How long the broker lets an open transaction of a silent owner block read_committed
