@@ -157,22 +157,6 @@ def transactional_producer(
     )
 
 
-BULK_READER: dict[str, Any] = {
-    # For a reader that needs no record within milliseconds (the projector: PostgreSQL rows
-    # for queries; a job created over REST has its row written by the API itself). With
-    # librdkafka's defaults (1 byte, 500 ms) the broker answers a fetch as soon as any record
-    # lands, so at 350 jobs/s such a reader of every topic fetched a few records at a time,
-    # each fetch and each parked-fetch completion costing the broker a request. 128 KiB or
-    # 100 ms: the wait bounds the lag this adds; under load the bytes come first. Measured
-    # (`./run bench worker rate --rate 350`, bench/README.md "What one job costs Kafka"):
-    # the projector's CPU over a run 4.2-4.9 s against 4.9-6.8 s, with fewer and larger
-    # PostgreSQL writes, and the broker's fetch handling less; start lateness alike.
-    "fetch.min.bytes": 131072,
-    "fetch.wait.max.ms": 100,
-}
-"""Consumer settings of a throughput reader (``consumer(..., **BULK_READER)``)."""
-
-
 def consumer(settings: CommonSettings, group_id: str, **overrides: Any) -> Consumer:
     """A member of a classic-protocol group, with the range assignor (co-partitioning)."""
     defaults: dict[str, Any] = {
