@@ -115,6 +115,11 @@ class Policy:
     """No rescue of an attempt that became due longer ago than this: half the workers' finished
     lease retention (DUETIME_LEASE_RETENTION_S), so a copy has the other half to reach a worker
     before the finished lease it must meet is purged (or the work would run twice)."""
+    fire_lead_ms: int = 0
+    """How long before its due time a scheduled run or a retry is emitted
+    (DUETIME_SCHEDULER_FIRE_LEAD_MS): the transaction and the workers' fetch happen inside the
+    lead, and the worker holds the request until its due time (workers never start early).
+    Rescue deadlines are not led: they fire at their time."""
 
     def rescue_window_ms(self, definition: JobDefinition) -> int:
         """How long an execution of this job may go without a result before it is rescued."""
@@ -204,19 +209,31 @@ _LIVE = (Status.QUEUED, Status.RUNNING)
 """Statuses of an in-flight execution that waits for a result (it has a rescue deadline)."""
 
 
-def wake_at_ms(state: SchedulerState) -> int | None:
-    """The earliest instant this job needs the timer: next run, a retry or a rescue deadline.
+def wake_at_ms(state: SchedulerState, lead_ms: int = 0) -> int | None:
+    """The earliest instant this job needs the timer: next run or a retry (``lead_ms`` before
+    its due time: ``Policy.fire_lead_ms``), or a rescue deadline (at its time).
 
     A live entry without a deadline (a state written before rescues existed) wakes the job at
     once, so ``fire_due`` gives it one: no execution stays in flight without a deadline."""
     candidates = [
-        e.due_at_ms if e.status is Status.FAILED or e.deadline_ms is None else e.deadline_ms
+        e.due_at_ms - lead_ms
+        if e.status is Status.FAILED
+        else (e.due_at_ms if e.deadline_ms is None else e.deadline_ms)
         for e in state.inflight
         if not e.held  # released by the partition's fairness gate, not by the timer
     ]
     if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
-        candidates.append(fire_ms(state, state.next_run_at_ms))
+        candidates.append(fire_ms(state, state.next_run_at_ms) - _schedule_lead_ms(state, lead_ms))
     return min(candidates) if candidates else None
+
+
+def _schedule_lead_ms(state: SchedulerState, lead_ms: int) -> int:
+    """The fire lead of the job's next occurrence: none while an earlier execution is live and
+    the overlap policy looks at it (skip, queue_one), so that the policy judges the occurrence
+    at its due time, as without a lead."""
+    if lead_ms and _live(state) and state.definition.overlap is not Overlap.ALLOW:
+        return 0
+    return lead_ms
 
 
 def fire_ms(state: SchedulerState, nominal_ms: int) -> int:
@@ -679,11 +696,12 @@ def on_control(
 
 def _arm_deadlines(state: SchedulerState, now_ms: int, policy: Policy) -> None:
     """Give every live execution emitted in this step (or restored without one) its deadline:
-    one place, whatever path emitted it."""
+    one place, whatever path emitted it. Counted from its due time when it was emitted ahead
+    of it (the fire lead): the worker holds it until then."""
     window = policy.rescue_window_ms(state.definition)
     for entry in state.inflight:
         if entry.deadline_ms is None and entry.status in _LIVE and not entry.held:
-            entry.deadline_ms = now_ms + window
+            entry.deadline_ms = max(now_ms, entry.due_at_ms) + window
 
 
 def _catch_up(state: SchedulerState, now_ms: int, policy: Policy, out: Outputs) -> None:
@@ -906,15 +924,16 @@ def _dead_letter(state: SchedulerState, entry: InflightExecution, now_ms: int) -
 def fire_due(
     state: SchedulerState, now_ms: int, policy: Policy, owned_since_ms: int | None = None
 ) -> Outputs:
-    """Everything of this job that is due at ``now_ms``: rescues, retries, then the next
-    occurrence."""
+    """Everything of this job that is due at ``now_ms``: rescues, then the retries and the next
+    occurrence due within the policy's fire lead (emitted now, carrying their due time)."""
     out = Outputs()
+    retry_by_ms = now_ms + policy.fire_lead_ms
     for entry in list(state.inflight):  # a lost attempt with no retry left leaves the list
         if entry.held:
             continue  # the fairness gate releases it
         if entry.status in _LIVE:
             _check_deadline(state, entry, now_ms, policy, out)
-        elif entry.status is Status.FAILED and entry.due_at_ms <= now_ms:
+        elif entry.status is Status.FAILED and entry.due_at_ms <= retry_by_ms:
             entry.attempt += 1
             entry.status = Status.QUEUED
             entry.rescues = 0
@@ -929,7 +948,7 @@ def fire_due(
     next_ms = state.next_run_at_ms
     if (
         next_ms is not None
-        and fire_ms(state, next_ms) <= now_ms
+        and fire_ms(state, next_ms) <= now_ms + _schedule_lead_ms(state, policy.fire_lead_ms)
         and state.status not in _NOT_FIRING
     ):
         _fire_schedule(state, next_ms, now_ms, policy, out, owned_since_ms)

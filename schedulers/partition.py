@@ -99,12 +99,26 @@ class Pending:
     """Changelog key → (job_id, command bytes, or None to forget it)."""
     since: float | None = None
     """Monotonic time of the first change not yet committed."""
+    commit_by_ms: int | None = None
+    """By when (scheduler clock, ms) the records someone waits for must be committed: at once
+    for dead letters, commands to other jobs and DAG run events; for execution requests, half
+    the fire lead before the earliest due time (the other half covers the commit and the
+    workers' fetch; with no lead, at once). None: bookkeeping only (states, held commands,
+    poison copies, input offsets), which waits for the commit interval: it is applied in
+    memory at once."""
 
-    def urgent(self) -> bool:
-        """Records someone waits for: execution requests, dead letters, commands to other
-        jobs and DAG run events. Only bookkeeping (states, held commands, poison copies,
-        input offsets) can wait for the commit interval: it is applied in memory at once."""
-        return self.out.records()
+    def urgent(self, now_ms: int) -> bool:
+        return self.commit_by_ms is not None and self.commit_by_ms <= now_ms
+
+    def wait_for(self, out: logic.Outputs, slack_ms: int) -> None:
+        """Move ``commit_by_ms`` forward for one input's or one fire's records."""
+        if out.dead_letters or out.controls or out.dag_run_events:
+            by = 0
+        elif out.executions:
+            by = min(r.due_at_ms for r in out.executions) - slack_ms
+        else:
+            return
+        self.commit_by_ms = by if self.commit_by_ms is None else min(self.commit_by_ms, by)
 
     def empty(self) -> bool:
         return not (self.dirty or self.out.records() or self.poison or self.offsets or self.held)
@@ -481,8 +495,11 @@ class PartitionOwner:
             state = self._state(job_id)
             if state is None:
                 continue
-            wake = logic.wake_at_ms(state)
-            if wake is None or wake > now_ms:
+            wake = logic.wake_at_ms(state, self.policy.fire_lead_ms)
+            if wake is None:
+                continue
+            if wake > now_ms:  # indexed earlier than its time (an owner with a longer lead)
+                self.store.reindex(job_id, wake)
                 continue
             try:
                 out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
@@ -619,6 +636,7 @@ class PartitionOwner:
             self.fairness.follow(job_id, state)
         self.pending.out.extend(out)
         self.pending.messages.extend(messages)
+        self.pending.wait_for(out, self.policy.fire_lead_ms // 2)
 
     def _refuse_unroutable(self, state: SchedulerState, out: logic.Outputs) -> None:
         """Fail the requests whose queue has no topics (``logic.refuse_unroutable``): a
@@ -709,7 +727,7 @@ class PartitionOwner:
                 self.topics.poison, parked.key, parked.value, self.partition, [*parked.headers]
             )
         for job_id, state in p.dirty.items():
-            wake = logic.wake_at_ms(state)
+            wake = logic.wake_at_ms(state, self.policy.fire_lead_ms)
             value = p.encoded[job_id]
             header = b"" if wake is None else str(wake).encode()
             headers: list[tuple[str, str | bytes | None]] = [(WAKE_HEADER, header)]

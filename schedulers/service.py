@@ -77,6 +77,7 @@ class Scheduler:
             max_rescues=settings.max_rescues,
             rescue_horizon_ms=int(settings.rescue_horizon_s * 1000),
             fairness_inflight=settings.fairness_inflight,
+            fire_lead_ms=settings.fire_lead_ms,
         )
         self.rng = random.Random()
         # which queues have topics: a request to a missing one is dead-lettered rather than
@@ -261,7 +262,7 @@ class Scheduler:
                 budget -= fired
                 if budget <= 0:  # the next cycle starts after this partition
                     self._fire_next = owner.partition + 1
-            if self._due_for_commit(owner, now_s):
+            if self._due_for_commit(owner, now_s, now_ms):
                 busy.append(owner)
         self._bursting = budget <= 0
         # each partition commits its own transaction; the waits overlap (the client releases
@@ -377,16 +378,17 @@ class Scheduler:
         self.consumer = self._group_consumer()
         metrics.OWNED.set(0)
 
-    def _due_for_commit(self, owner: PartitionOwner, now_s: float) -> bool:
-        """Commit now: something someone waits for, bookkeeping older than the commit
-        interval, or a cycle's worth of changed states."""
+    def _due_for_commit(self, owner: PartitionOwner, now_s: float, now_ms: int) -> bool:
+        """Commit now: something someone waits for (requests fired ahead: by half the lead
+        before their due time), anything older than the commit interval, or a cycle's worth
+        of changed states."""
         pending = owner.pending
         if pending.empty():
             return False
         if pending.since is None:
             pending.since = now_s
         return (
-            pending.urgent()
+            pending.urgent(now_ms)
             or now_s - pending.since >= self.settings.commit_interval_s
             or len(pending.dirty) >= self.settings.batch_size
         )
@@ -473,6 +475,9 @@ class Scheduler:
             timeout_s = min(timeout_s, 0.02)  # a partition restored is installed at once
         if not self.firing:
             wakes = []  # nothing fires: due jobs must not turn the loop into a busy wait
+        # requests fired ahead wait for their commit (Pending.commit_by_ms) with the timers
+        commits = (o.pending.commit_by_ms for o in self.owners.values())
+        wakes += [by for by in commits if by is not None]
         if wakes:
             timeout_s = min(timeout_s, max(0.0, (min(wakes) - self.clock.now_ms()) / 1000))
         waiting = [o.pending.since for o in self.owners.values() if o.pending.since is not None]

@@ -57,7 +57,15 @@ class SchedulerSettings:
     """A partition with only bookkeeping to write (states after definitions and results, no
     execution request, dead letter or command) commits at most this often: each transaction
     costs the broker about ten requests and log appends, and one per input record was most
-    of its CPU. Anything someone waits for commits in the cycle that made it."""
+    of its CPU. Anything someone waits for commits in the cycle that made it; execution
+    requests fired ahead of their time (``fire_lead_ms``) by half the lead before it."""
+    fire_lead_ms: int = 500
+    """Scheduled runs and retries are emitted this long before their due time; the worker
+    holds each request until its due time (workers never start early), so the transaction,
+    the broker's markers and the workers' fetch no longer make runs late. Rescue deadlines
+    are not led. A cancel, pause or change that reaches the scheduler inside the lead does not
+    stop the run already emitted (as one that reaches it after the due time). 0: emit at the
+    due time."""
     commit_stall_s: float = 20.0
     """A partition's transaction calls that have not returned after this long are given up:
     the partition starts over with a new producer (fencing the stuck one). Its calls carry 10 s
@@ -161,6 +169,7 @@ class SchedulerSettings:
             commit_interval_s=env.number(
                 "DUETIME_SCHEDULER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.0, 10.0
             ),
+            fire_lead_ms=env.integer("DUETIME_SCHEDULER_FIRE_LEAD_MS", cls.fire_lead_ms, 0, 60_000),
             commit_stall_s=env.number(
                 "DUETIME_SCHEDULER_COMMIT_STALL_S", cls.commit_stall_s, 1.0, 3600.0
             ),

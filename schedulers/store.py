@@ -32,6 +32,10 @@ HELD_PREFIX = "held/"
 DECODED_LIMIT = 4096
 """Decoded states kept per partition: ~1.5 KB each, so ≤ ~6 MB per owned partition."""
 
+READ_CHUNK = 500
+"""Job ids per ``SELECT ... IN (...)`` when reading the states of due jobs (SQLite builds
+before 3.32 allow at most 999 parameters a statement)."""
+
 
 class StateStore:
     def __init__(
@@ -71,6 +75,10 @@ class StateStore:
         self._decoded: dict[str, SchedulerState] = {}
         """Job id → its state as last written, decoded (near-term jobs only; oldest first)."""
         self._decoded_limit = decoded_limit
+        self._fetched: dict[str, bytes] = {}
+        """Job id → its state's bytes, read with the other due jobs' by ``pop_due`` for the
+        fires that follow (one query per chunk instead of one a job). A write of the job
+        drops its entry, so ``get`` never returns bytes older than the table's."""
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -92,6 +100,7 @@ class StateStore:
         self._heap.clear()
         self._near.clear()
         self._decoded.clear()
+        self._fetched.clear()
         until, self._loaded_until_ms = self._loaded_until_ms, -1
         self._load(-(2**62), until)
         self._held_jobs = {str(j) for (j,) in self._db.execute("SELECT DISTINCT job_id FROM held")}
@@ -99,6 +108,9 @@ class StateStore:
     # --- reads and writes -----------------------------------------------------------------
 
     def get(self, job_id: str) -> bytes | None:
+        fetched = self._fetched.pop(job_id, None)
+        if fetched is not None:
+            return fetched
         row = self._db.execute("SELECT value FROM state WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
@@ -125,6 +137,7 @@ class StateStore:
             (job_id, wake_at_ms, value),
         )
         self._index(job_id, wake_at_ms)
+        self._fetched.pop(job_id, None)
         self._decoded.pop(job_id, None)  # re-inserted last: the dict's order is its age
         if decoded is None or self._decoded_limit <= 0:
             return
@@ -170,6 +183,7 @@ class StateStore:
         """Restore: (job_id, wake, value) in changelog order; a None value deletes."""
         n = 0
         self._decoded.clear()  # the changelog's values replace whatever was kept
+        self._fetched.clear()
         self.begin()
         puts: list[tuple[str, int | None, bytes]] = []
         for job_id, wake, value in rows:
@@ -201,6 +215,10 @@ class StateStore:
         )
 
     # --- the due-time index ---------------------------------------------------------------
+
+    def reindex(self, job_id: str, wake_at_ms: int) -> None:
+        """Put a job popped before its time back in the in-memory index."""
+        self._index(job_id, wake_at_ms)
 
     def _index(self, job_id: str, wake_at_ms: int | None) -> None:
         if wake_at_ms is not None and wake_at_ms <= self._loaded_until_ms:
@@ -241,7 +259,22 @@ class StateStore:
             if self._near.get(job_id) == wake:
                 del self._near[job_id]
                 due.append(job_id)
+        self._fetch([job_id for job_id in due if job_id not in self._decoded])
         return due
+
+    def _fetch(self, job_ids: list[str]) -> None:
+        """Read the states of ``job_ids`` (about to be fired) in chunks, for ``get``. What an
+        earlier call read and nobody took is dropped: the entries stay a cycle's worth."""
+        self._fetched.clear()
+        for i in range(0, len(job_ids), READ_CHUNK):
+            chunk = job_ids[i : i + READ_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            self._fetched.update(
+                (str(job_id), bytes(value))
+                for job_id, value in self._db.execute(
+                    f"SELECT job_id, value FROM state WHERE job_id IN ({marks})", chunk
+                )
+            )
 
     def close(self) -> None:
         self._db.close()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import hypothesis
 import psycopg
 import pytest
 from psycopg import sql
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
 
     from tests.helpers import RunningScheduler
     from tests.integration.test_worker_support import Sink
+
+# no per-example deadline: hypothesis's default (200 ms) is a timing assertion, and the suite
+# runs three sessions side by side on two cores (examples took 250 ms at load 14)
+hypothesis.settings.register_profile("duetime", deadline=None)
+hypothesis.settings.load_profile("duetime")
 
 ROOT = Path(__file__).resolve().parent.parent
 # one template per test session: parallel sessions each migrate their own (one session's

@@ -4,9 +4,11 @@ Pure arithmetic on an :class:`~duetime.core.records.ExecutionRequest` and the wo
 clock reading (``now_ms``); the worker applies it at two moments:
 
 - **before taking a slot** (``early_ms``): a request whose due time has not come yet by this
-  worker's clock (a scheduler whose clock runs ahead, or a worker whose clock runs behind)
-  waits outside the concurrency slots, without a lease, until its due time. Its due time is
-  ``max(scheduled_at_ms, due_at_ms)``: the occurrence, or a retry's later due time.
+  worker's clock waits outside the concurrency slots, without a lease, until its due time.
+  Its due time is ``max(scheduled_at_ms, due_at_ms)``: the occurrence, or a retry's later due
+  time. Most are early on purpose: the scheduler emits runs its fire lead ahead (``led_ms``);
+  one earlier than that comes from a scheduler whose clock runs ahead, or a worker whose clock
+  runs behind, and is counted and logged.
 - **after the lease claim, just before running** (``expired``): a request whose attempt can no
   longer start within the job's ``start_within_s`` of its due time is reported ``expired`` and
   not run. The window counts from ``due_at_ms``, so a retry gets a whole window of its own.
@@ -31,6 +33,7 @@ __all__ = [
     "expired",
     "expired_outcome",
     "late_ms",
+    "led_ms",
     "not_before_ms",
     "start_deadline_ms",
 ]
@@ -48,6 +51,13 @@ def check_window(start_within_s: float | None) -> None:
 def not_before_ms(request: ExecutionRequest) -> int:
     """The earliest instant the attempt may start: its occurrence, or its retry's due time."""
     return max(request.scheduled_at_ms, request.due_at_ms)
+
+
+def led_ms(request: ExecutionRequest) -> int:
+    """How long before its due time the scheduler emitted the request on purpose (its fire
+    lead, DUETIME_SCHEDULER_FIRE_LEAD_MS), by the scheduler's clock. A request early by up to
+    this much is expected; one earlier still came from a clock ahead of this worker's."""
+    return max(0, not_before_ms(request) - request.emitted_at_ms)
 
 
 def early_ms(request: ExecutionRequest, now_ms: int) -> int:

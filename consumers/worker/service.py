@@ -124,6 +124,8 @@ class Worker:
         self._stopping = False
         self._started = False
         self._seq = 0
+        self._wait_timer: asyncio.TimerHandle | None = None
+        """Brings the earliest of ``lease_waits`` back on time (``_wait``)."""
         self._tasks: list[asyncio.Task[None]] = []
         try:
             self._loop = asyncio.get_running_loop()
@@ -318,6 +320,9 @@ class Worker:
         log.info("stopping: no new work; %s running", self.executor.running_count())
         self._pause(set(self._priority_of))
         self._drop_queued(lambda item: True)
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
+            self._wait_timer = None
         deadline = time.monotonic() + self.settings.shutdown_s
         while self.executor.running_count() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -456,7 +461,8 @@ class Worker:
         if early_ms <= 0:
             return False
         early_s = early_ms / 1000
-        first = not item.early_seen
+        # early by at most the scheduler's fire lead: on purpose, not worth a line or a count
+        first = not item.early_seen and early_ms > gate.led_ms(item.request)
         item.early_seen = True
         if early_s > self.settings.max_early_wait_s:
             metrics.EARLY.labels(action="handed_back").inc()
@@ -479,8 +485,7 @@ class Worker:
                 early_s,
                 extra=item.fields(),
             )
-        self._seq += 1
-        heapq.heappush(self.state.lease_waits, (time.monotonic() + early_s, self._seq, item.key))
+        self._wait(item, early_s)
         return True
 
     # --- limits per key (limits.py) -------------------------------------------------------
@@ -553,8 +558,32 @@ class Worker:
         if item.tp not in self.state.assigned or self._stopping:
             self._finished(item, done=False)
             return
+        self._wait(item, delay_s)
+
+    def _wait(self, item: Item, delay_s: float) -> None:
+        """Put ``item`` aside for ``delay_s``; a timer brings it back on time (a request held
+        until its due time starts within a millisecond or so of it, not at the next
+        housekeeping round)."""
         self._seq += 1
-        heapq.heappush(self.state.lease_waits, (time.monotonic() + delay_s, self._seq, item.key))
+        at = time.monotonic() + delay_s
+        heapq.heappush(self.state.lease_waits, (at, self._seq, item.key))
+        if self._wait_timer is None or at < self._wait_timer.when():
+            if self._wait_timer is not None:
+                self._wait_timer.cancel()
+            # the event loop's clock is time.monotonic()
+            self._wait_timer = self._loop.call_at(at, self._wait_over)
+
+    def _wait_over(self) -> None:
+        self._wait_timer = None
+        try:
+            self._requeue_due_lease_waits()
+            self._start_ready()
+        except Exception:  # the housekeeping loop starts them at its next round
+            metrics.LOOP_ERRORS.inc()
+            log.exception("starting work failed; carrying on")
+        waits = self.state.lease_waits
+        if waits and not self._stopping:
+            self._wait_timer = self._loop.call_at(waits[0][0], self._wait_over)
 
     def _requeue_due_lease_waits(self) -> None:
         now = time.monotonic()

@@ -45,8 +45,15 @@ class Requests:
         self.producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
 
     def send(
-        self, *, due_at_ms: int, start_within_s: float | None = None, sleep_s: float = 0.0
+        self,
+        *,
+        due_at_ms: int,
+        start_within_s: float | None = None,
+        sleep_s: float = 0.0,
+        emitted_at_ms: int | None = None,
     ) -> dict[str, Any]:
+        """A request; ``emitted_at_ms``: the emitting scheduler's clock (now by default: a
+        request due later was fired ahead of its time on purpose, its fire lead)."""
         record: dict[str, Any] = {
             "execution_id": str(uuid.uuid4()),
             "job_id": str(uuid.uuid4()),
@@ -54,7 +61,7 @@ class Requests:
             "attempt": 1,
             "scheduled_at_ms": due_at_ms,
             "due_at_ms": due_at_ms,
-            "emitted_at_ms": now_ms(),
+            "emitted_at_ms": now_ms() if emitted_at_ms is None else emitted_at_ms,
             "priority": "normal",
             "target": {"ref": TRACKED},
             "payload_json": json.dumps({"sleep_s": sleep_s}),
@@ -109,7 +116,9 @@ def test_an_early_request_starts_no_earlier_than_due_and_holds_no_slot(
     requests: Requests, worker: RunningWorker, results: TopicReader
 ) -> None:
     waited = sample("duetime_worker_early_arrivals_total", {"action": "waited"})
-    early = requests.send(due_at_ms=now_ms() + 2_500)
+    # from a scheduler whose clock runs 2.5 s ahead: emitted at its due time, by that clock
+    due_ms = now_ms() + 2_500
+    early = requests.send(due_at_ms=due_ms, emitted_at_ms=due_ms)
     due = requests.send(due_at_ms=now_ms())  # behind the early one on the same topic
     [ran_due] = final(results, due["job_id"])
     assert ran_due["status"] == "success"
@@ -120,6 +129,23 @@ def test_an_early_request_starts_no_earlier_than_due_and_holds_no_slot(
     assert ran_early["started_at_ms"] >= early["scheduled_at_ms"]
     assert support.STARTED[early["execution_id"]] * 1000 >= early["scheduled_at_ms"]
     assert sample("duetime_worker_early_arrivals_total", {"action": "waited"}) == waited + 1
+
+
+def test_a_request_fired_ahead_waits_for_its_time_and_is_not_counted_as_early(
+    requests: Requests, worker: RunningWorker, results: TopicReader
+) -> None:
+    """The scheduler's fire lead: a request emitted 1.5 s before its time by a right clock is
+    held until then, without a slot, and is no clock anomaly (no count, no log line)."""
+    waited = sample("duetime_worker_early_arrivals_total", {"action": "waited"})
+    led = requests.send(due_at_ms=now_ms() + 1_500)
+    due = requests.send(due_at_ms=now_ms())  # behind it on the same topic, one slot
+    [ran_due] = final(results, due["job_id"])
+    assert ran_due["status"] == "success"
+    assert led["execution_id"] not in support.STARTED
+    [ran_led] = final(results, led["job_id"])
+    assert ran_led["status"] == "success", ran_led
+    assert support.STARTED[led["execution_id"]] * 1000 >= led["due_at_ms"]
+    assert sample("duetime_worker_early_arrivals_total", {"action": "waited"}) == waited
 
 
 def test_a_request_too_far_ahead_is_handed_back_unrun(
