@@ -26,7 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schedulers.settings import SchedulerSettings
+from duetime.schedulers.settings import SchedulerSettings
 from tests.faults.harness import RoleProc, Scenario, size, utc_ms, wait_for, write_figures
 from tests.faults.support import lateness_vs_schedule_ms
 
