@@ -7,7 +7,9 @@ indexed by wake-up time, and is loaded as the window moves. That keeps RSS flat 
 of far-future jobs.
 
 Writes of one scheduling cycle happen inside one SQLite transaction that is committed only
-after the Kafka transaction commits, and rolled back when it aborts.
+after the Kafka transaction commits, and rolled back when it aborts. The cycle's states are
+written in one statement when it commits (or before any read of the table), and the states of
+the jobs a fire pops are read in a few statements, not one a job.
 
 The states written last are also kept decoded (``decoded_limit`` of them, only for jobs in the
 near-term window or waiting for a result), so that firing a job and applying its results skip
@@ -75,6 +77,9 @@ class StateStore:
         self._decoded: dict[str, SchedulerState] = {}
         """Job id → its state as last written, decoded (near-term jobs only; oldest first)."""
         self._decoded_limit = decoded_limit
+        self._writes: list[tuple[str, int | None, bytes]] = []
+        """States put since the last ``flush`` (job_id, wake, value): written in one
+        ``executemany`` by the next read, ``flush`` or ``commit``, not one statement each."""
         self._fetched: dict[str, bytes] = {}
         """Job id → its state's bytes, read with the other due jobs' by ``pop_due`` for the
         fires that follow (one query per chunk instead of one a job). A write of the job
@@ -88,12 +93,28 @@ class StateStore:
             self._in_txn = True
 
     def commit(self) -> None:
+        self.flush()
         if self._in_txn:
             self._db.execute("COMMIT")
             self._in_txn = False
 
+    def flush(self) -> None:
+        """Write the states put so far into the open transaction. ``commit`` does, after the
+        Kafka transaction committed: should the disk fail then, the owner starts the
+        partition over from its changelog, which has these states (partition.py)."""
+        if self._writes:
+            # an upsert updates the row in place: INSERT OR REPLACE deleted it and inserted it
+            # again, both indexes twice
+            self._db.executemany(
+                "INSERT INTO state (job_id, wake_at_ms, value) VALUES (?, ?, ?) ON CONFLICT "
+                "(job_id) DO UPDATE SET wake_at_ms = excluded.wake_at_ms, value = excluded.value",
+                self._writes,
+            )
+            self._writes.clear()
+
     def rollback(self) -> None:
         """Undo the cycle's writes and rebuild the in-memory index from what is committed."""
+        self._writes.clear()
         if self._in_txn:
             self._db.execute("ROLLBACK")
             self._in_txn = False
@@ -111,6 +132,7 @@ class StateStore:
         fetched = self._fetched.pop(job_id, None)
         if fetched is not None:
             return fetched
+        self.flush()
         row = self._db.execute("SELECT value FROM state WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else bytes(row[0])
 
@@ -132,10 +154,7 @@ class StateStore:
         ``awaited``: a result is on its way (a fired job's wake-up is its rescue deadline,
         past the window, but its result usually comes within seconds), while there is room."""
         self.begin()
-        self._db.execute(
-            "INSERT OR REPLACE INTO state (job_id, wake_at_ms, value) VALUES (?, ?, ?)",
-            (job_id, wake_at_ms, value),
-        )
+        self._writes.append((job_id, wake_at_ms, value))
         self._index(job_id, wake_at_ms)
         self._fetched.pop(job_id, None)
         self._decoded.pop(job_id, None)  # re-inserted last: the dict's order is its age
@@ -182,6 +201,7 @@ class StateStore:
     def bulk_load(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
         """Restore: (job_id, wake, value) in changelog order; a None value deletes."""
         n = 0
+        self.flush()
         self._decoded.clear()  # the changelog's values replace whatever was kept
         self._fetched.clear()
         self.begin()
@@ -208,6 +228,7 @@ class StateStore:
 
     def pending(self) -> int:
         """Jobs with a wake-up time (scheduled runs or retries)."""
+        self.flush()
         return int(
             self._db.execute("SELECT count(*) FROM state WHERE wake_at_ms IS NOT NULL").fetchone()[
                 0
@@ -229,6 +250,7 @@ class StateStore:
             self._near.pop(job_id, None)
 
     def _load(self, after_ms: int, until_ms: int) -> None:
+        self.flush()
         for job_id, wake in self._db.execute(
             "SELECT job_id, wake_at_ms FROM state WHERE wake_at_ms > ? AND wake_at_ms <= ?",
             (after_ms, until_ms),
@@ -266,6 +288,8 @@ class StateStore:
         """Read the states of ``job_ids`` (about to be fired) in chunks, for ``get``. What an
         earlier call read and nobody took is dropped: the entries stay a cycle's worth."""
         self._fetched.clear()
+        if job_ids:
+            self.flush()
         for i in range(0, len(job_ids), READ_CHUNK):
             chunk = job_ids[i : i + READ_CHUNK]
             marks = ",".join("?" * len(chunk))
@@ -277,6 +301,7 @@ class StateStore:
             )
 
     def close(self) -> None:
+        self._writes.clear()  # never committed: the changelog has them, or they never were
         self._db.close()
         if self.path is not None:
             for suffix in ("", "-journal"):

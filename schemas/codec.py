@@ -397,9 +397,16 @@ class Codec:
         event_type = cls.EVENT_TYPE
         if event_type is None:
             raise ValueError(f"{cls.__name__} is not a topic value")
-        plain = self.decode(
-            event_type, data, topic=topic, partition=partition, offset=offset, reader=reader
-        )
+        plain: dict[str, Any] | None = None
+        span: tuple[int, int] | None = None
+        if cls is SchedulerState and reader is None and self._state_splice is not None:
+            spliced = self._decode_spliced(data, self._state_splice)
+            if spliced is not None:
+                plain, span = spliced
+        if plain is None:
+            plain = self.decode(
+                event_type, data, topic=topic, partition=partition, offset=offset, reader=reader
+            )
         try:
             record = cls.from_avro(plain)
         except (TypeError, ValueError) as exc:
@@ -409,9 +416,40 @@ class Codec:
                 partition=partition,
                 offset=offset,
             ) from exc
-        if cls is JobDefinition and self._state_splice is not None:
-            self._remember_definition(record, data)
+        if self._state_splice is not None:
+            if cls is JobDefinition:
+                self._remember_definition(record, data)
+            elif span is not None:
+                self._keep_part(getattr(record, self._state_splice.field), data[slice(*span)])
         return record
+
+    def _decode_spliced(
+        self, data: bytes, splice: _Splice
+    ) -> tuple[dict[str, Any], tuple[int, int]] | None:
+        """A state written with the current schema, decoded in the splice's three parts: the
+        plain form and where its definition's bytes lie in ``data``, kept by ``load`` for the
+        next time the state is written (a fire of a state read from the store then encodes
+        no definition). None for any other frame, or anything wrong: the whole decoding
+        then says what."""
+        event = self._event("state")
+        if data[:3] != event.header:
+            return None
+        stream = io.BytesIO(data)
+        stream.seek(3)
+        try:
+            plain = fastavro.schemaless_reader(stream, splice.head, None)
+            start = stream.tell()
+            part = fastavro.schemaless_reader(stream, splice.part, None)
+            end = stream.tell()
+            tail = fastavro.schemaless_reader(stream, splice.tail, None)
+        except Exception:  # garbage can fail anywhere: the whole decoding names it
+            return None
+        if stream.tell() != len(data):
+            return None
+        assert isinstance(plain, dict) and isinstance(tail, dict)  # record schemas
+        plain[splice.field] = part
+        plain.update(tail)
+        return plain, (start, end)
 
     def _remember_definition(self, definition: object, data: bytes) -> None:
         """Keep a definition's Avro body (``data`` past its frame) when the current schema

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duetime.core.errors import ValidationError
+from duetime.core.errors import DecodeError, ValidationError
 from duetime.core.models import Status
 from duetime.core.records import JobDefinition, SchedulerState, to_avro_without
 from duetime.schemas import codec as codec_module
@@ -98,3 +98,33 @@ def test_other_roles_keep_no_definitions() -> None:
     codec = Codec()
     codec.load(JobDefinition, codec.encode("job", job_record()))
     assert codec._state_splice is None and not codec._parts
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_state_read_back_keeps_its_definitions_bytes_for_the_next_write(
+    codec: Codec, data: st.DataObject
+) -> None:
+    # a state the scheduler reads from its store is written again at its fire: its definition
+    # is not encoded again, the bytes it was read with are spliced in
+    whole = codec.encode("state", data.draw(avro_records(codec.schema("state")), label="state"))
+    state = codec.load(SchedulerState, whole)
+    definition_bytes = Codec().encode("job", state.definition.to_avro())[3:]  # past the frame
+    assert codec._parts[id(state.definition)] == (state.definition, definition_bytes)
+    assert codec.dump(state) == whole
+    assert state == Codec().load(SchedulerState, whole)  # the record of a whole decoding
+
+
+def test_a_state_that_does_not_decode_in_parts_still_names_the_problem(codec: Codec) -> None:
+    whole = codec.encode("state", _plain_state(codec))
+    for broken in (whole[:-1], whole + b"\x00"):
+        with pytest.raises(DecodeError, match="undecodable state value"):
+            codec.load(SchedulerState, broken, topic="duetime.state", offset=7)
+
+
+def _plain_state(codec: Codec) -> dict[str, object]:
+    definition = codec.load(JobDefinition, codec.encode("job", job_record()))
+    state = SchedulerState(
+        job_id=definition.job_id, definition=definition, status=Status.PENDING, updated_at_ms=1
+    )
+    return state.to_avro()

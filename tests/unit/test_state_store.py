@@ -114,3 +114,56 @@ def test_what_is_handed_out_is_the_last_written_object_of_that_job(
             store.rollback()
             written.clear()
         assert len(store._decoded) <= limit
+
+
+_byte_op = st.one_of(
+    st.tuples(st.just("put"), st.sampled_from(JOBS), st.one_of(st.none(), st.integers(0, 3_000))),
+    st.tuples(st.just("get"), st.sampled_from(JOBS), st.none()),
+    st.tuples(st.just("pop_due"), st.just(""), st.integers(0, 3_000)),
+    st.tuples(st.just("commit"), st.just(""), st.none()),
+    st.tuples(st.just("rollback"), st.just(""), st.none()),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(_byte_op, max_size=50))
+def test_get_returns_the_bytes_last_put_since_the_last_commit_or_rollback(
+    ops: list[tuple[str, str, int | None]],
+) -> None:
+    # puts are written in one statement at the next read or commit, and pop_due reads the due
+    # jobs' bytes ahead of their fires: neither may ever hand out bytes older than the last put
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    committed: dict[str, bytes] = {}
+    current: dict[str, bytes] = {}
+    for n, (op, job, number) in enumerate(ops):
+        if op == "put":
+            value = f"{job}{n}".encode()
+            store.put(job, number, value)
+            current[job] = value
+        elif op == "get":
+            assert store.get(job) == current.get(job)
+        elif op == "pop_due":
+            assert number is not None
+            store.pop_due(number, limit=len(JOBS))
+        elif op == "commit":
+            store.commit()
+            committed = dict(current)
+        else:
+            store.rollback()
+            current = dict(committed)
+    for job in JOBS:
+        assert store.get(job) == current.get(job)
+
+
+def test_the_due_jobs_states_are_read_together_and_taken_once() -> None:
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    for job in JOBS:
+        store.put(job, 1_000, job.encode())
+    store.commit()
+    assert sorted(store.pop_due(1_000, limit=10)) == JOBS
+    assert set(store._fetched) == set(JOBS)  # one read for all of them
+    assert store.get("a") == b"a" and "a" not in store._fetched  # taken
+    store.put("b", None, b"b2")  # written after the read: the read bytes are stale
+    assert store.get("b") == b"b2"
