@@ -258,10 +258,16 @@ class PartitionOwner:
 
     # --- restore --------------------------------------------------------------------------
 
-    def restore(self, consumer: Consumer | None = None) -> tuple[int, float]:
+    def restore(
+        self, consumer: Consumer | None = None, fenced: Callable[[], object] | None = None
+    ) -> tuple[int, float]:
         """Rebuild the store from the partition's state changelog; (records, seconds).
         ``consumer``: a group-less reader of its own, for a restore off the main thread (the
-        owner's restore consumer otherwise)."""
+        owner's restore consumer otherwise). ``fenced``: returns once this owner's producer
+        has fenced the previous owner's (its ``init_transactions``, running meanwhile): the
+        changelog is read to its end as it stands, then, once fenced, to its end again, so
+        whatever the previous owner committed before it was fenced is read, and it can
+        commit nothing after. Without it the producer is fenced already."""
         started = time.monotonic()
         tp = TopicPartition(self.topics.state, self.partition, OFFSET_BEGINNING)
         c = self._restore_consumer if consumer is None else consumer
@@ -269,9 +275,9 @@ class PartitionOwner:
         low, high = watermarks(c, self.topics.state, self.partition)
         shares: dict[str, Share] = {}
 
-        def rows() -> Iterator[tuple[str, int | None, bytes | None]]:
-            if high <= low:
-                return
+        def read_to(end: int, any_eof: bool) -> Iterator[tuple[str, int | None, bytes | None]]:
+            """Records up to ``end``, or to the end of the stable part (an end-of-partition
+            event: any one, or one at ``end`` when an earlier one may still be queued)."""
             idle_deadline = time.monotonic() + 30
             while True:
                 # consume() waits for a full batch or its timeout: keep the timeout short and
@@ -286,13 +292,25 @@ class PartitionOwner:
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:  # caught up to the LSO
-                            done = True
+                            done = done or any_eof or (m.offset() or 0) >= end
                             continue
                         raise KafkaException(err)
                     key = (m.key() or b"").decode()
                     yield key, self._restored_headers(key, m, shares), m.value()
-                if done or c.position([tp])[0].offset >= high:
+                if done or c.position([tp])[0].offset >= end:
                     return
+
+        def rows() -> Iterator[tuple[str, int | None, bytes | None]]:
+            if high > low:
+                yield from read_to(high, any_eof=True)
+            if fenced is None:
+                return
+            fenced()
+            # the previous owner's last commit, or the abort of its open transaction, moved
+            # the end (the client signals the new end of the stable part once more)
+            end = watermarks(c, self.topics.state, self.partition)[1]
+            if end > max(high, low):
+                yield from read_to(end, any_eof=False)
 
         n = self.store.bulk_load(rows())
         self.fairness = FairnessGate(self.policy.fairness_inflight)

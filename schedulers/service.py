@@ -96,6 +96,8 @@ class Scheduler:
         self._restore_consumer: Consumer = self._restore_reader()
         self.restores = Restores(self._build, self._restore_reader)
         """Partitions assigned here, being fenced and restored off the loop (restores.py)."""
+        self._fences = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fence")
+        """The new producers' ``init_transactions``, beside their partitions' restores."""
         self.on_restored: Callable[[int, int, float], None] | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
         self._lost: dict[int, PartitionOwner | None] = {}
@@ -135,6 +137,9 @@ class Scheduler:
                 # requests on a connection are served in order: a fetch parked for the default
                 # 500 ms would delay every watermark query behind it during a failover
                 "fetch.wait.max.ms": 10,
+                # up to 8 restores read at once (restores.py): 16 MB read ahead each (default
+                # 64 MB) is still two of restore's 5,000-record batches of ~1.5 KB states
+                "queued.max.messages.kbytes": 16384,
             },
         )
 
@@ -225,8 +230,9 @@ class Scheduler:
 
     def _shutdown(self) -> None:
         self.restores.close()
-        for p, owner in list(self.owners.items()):
-            self._flush(owner, self.consumer)
+        self._fences.shutdown()
+        self._flush_all()
+        for p in list(self.owners):
             self._drop(p)
         self.consumer.close()  # leaves the group: partitions move at once
         self._restore_consumer.close()
@@ -370,8 +376,8 @@ class Scheduler:
         # own revocation's commit, sending offsets to its transaction, for over 90 s.)
         for p in self.restores.pending():
             self.restores.cancel(p)
-        for p, owner in list(self.owners.items()):
-            self._flush(owner, self.consumer)
+        self._flush_all()
+        for p in list(self.owners):
             self._drop(p)
         self.consumer.close()
         self._held_inputs.clear()  # a new consumer has no paused partitions
@@ -488,9 +494,9 @@ class Scheduler:
 
     # --- rebalancing ----------------------------------------------------------------------
 
-    def _make_producer(self, partition: int) -> Producer:
-        """A transactional producer for ``partition``, initialised: the old owner is fenced."""
-        producer = kafka.transactional_producer(
+    def _new_producer(self, partition: int) -> Producer:
+        """A transactional producer for ``partition``, not initialised yet (nothing fenced)."""
+        return kafka.transactional_producer(
             self.common,
             f"{self.common.topic_prefix}scheduler.{partition}",
             **{
@@ -499,6 +505,10 @@ class Scheduler:
                 "transaction.timeout.ms": self.settings.transaction_timeout_ms,
             },
         )
+
+    def _make_producer(self, partition: int) -> Producer:
+        """A transactional producer for ``partition``, initialised: the old owner is fenced."""
+        producer = self._new_producer(partition)
         producer.init_transactions(30)
         return producer
 
@@ -522,6 +532,7 @@ class Scheduler:
         read by nobody, and read again from the committed offsets once it is installed.
         """
         consumer.incremental_assign(partitions)
+        log.info("assigned partitions %s", sorted({tp.partition for tp in partitions}))
         held = {(tp.topic, tp.partition) for tp in consumer.assignment()}
         inputs = self.topics.scheduler_inputs
         busy = set(self.owners) | self.restores.pending()
@@ -544,15 +555,23 @@ class Scheduler:
         metrics.RESTORING.set(len(self.restores.pending()))
 
     def _build(self, p: int, reader: Consumer) -> Restored:
-        """Fence the previous owner (a new transactional producer) and restore the partition
-        from its changelog with ``reader`` (a restore thread's own)."""
-        owner = self._new_owner(p, self._make_producer(p))
+        """Fence the previous owner (a new transactional producer, initialised in a fence
+        thread) and restore the partition from its changelog with ``reader`` (a restore
+        thread's own) meanwhile. Fencing waits for the broker (~0.1 s; seconds when the
+        coordinator must first abort a dead owner's open transaction, under load), and the
+        changelog as it stands needs no fence to be read: only its end is read after it
+        (``PartitionOwner.restore``)."""
+        started = time.monotonic()
+        producer = self._new_producer(p)
+        fencing = self._fences.submit(_fence, producer, started)
+        owner = self._new_owner(p, producer)
         try:
-            n, seconds = owner.restore(reader)
+            n, seconds = owner.restore(reader, fenced=fencing.result)
         except BaseException:
+            wait([fencing])  # never close a producer while its init_transactions runs
             owner.close()
             raise
-        return Restored(owner, n, seconds)
+        return Restored(owner, n, seconds, fencing.result())
 
     def _install_restored(self) -> None:
         """Own the partitions whose restore ended: read their inputs from the committed offsets
@@ -618,10 +637,11 @@ class Scheduler:
         metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
         self.owners[p] = owner
         log.info(
-            "owning partition %s: restored %s states in %.2f s",
+            "owning partition %s: restored %s states in %.2f s (fenced in %.2f s)",
             p,
             n,
             seconds,
+            restored.fence_s,
             extra={"partition": p},
         )
         if self.on_restored is not None:
@@ -646,6 +666,21 @@ class Scheduler:
                 self._close(owner, p)
         metrics.OWNED.set(len(self.owners))
         metrics.RESTORING.set(len(self.restores.pending()))
+
+    def _flush_all(self) -> None:
+        """Commit every owner's pending work before the partitions are released, the commits
+        overlapping (as a cycle's do: a leave hands its partitions over after the slowest
+        commit, not after their sum). One still blocked after the commit stall limit is left
+        behind: its partition's next owner fences it."""
+        owners = list(self.owners.values())
+        if not owners:
+            return
+        pool = ThreadPoolExecutor(max_workers=len(owners), thread_name_prefix="final-commit")
+        wait(
+            [pool.submit(self._flush, owner, self.consumer) for owner in owners],
+            timeout=self.settings.commit_stall_s,
+        )
+        pool.shutdown(wait=False)
 
     def _flush(self, owner: PartitionOwner, consumer: Consumer) -> bool:
         """Commit an owner's pending work; False when it failed (the owner must then be
@@ -683,6 +718,13 @@ class Scheduler:
             log.warning("closing partition %s: %s", p, exc, extra={"partition": p})
         metrics.PENDING.labels(partition=str(p)).set(0)
         log.info("released partition %s", p, extra={"partition": p})
+
+
+def _fence(producer: Producer, started: float) -> float:
+    """Initialise a new owner's producer (fencing the previous owner's); seconds since
+    ``started``."""
+    producer.init_transactions(30)
+    return time.monotonic() - started
 
 
 def run(settings: SchedulerSettings, clock: Clock | None = None) -> int:
