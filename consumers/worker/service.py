@@ -124,6 +124,9 @@ class Worker:
         self._stopping = False
         self._started = False
         self._seq = 0
+        self._claim_ahead_s = settings.lease_ttl_s / 4
+        """A request held for the scheduler's fire lead, at most this early, claims its lease
+        at once (``Executor.claim_ahead``): it starts well inside the claim's TTL."""
         self._wait_timer: asyncio.TimerHandle | None = None
         """Brings the earliest of ``lease_waits`` back on time (``_wait``)."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -477,6 +480,8 @@ class Worker:
             )
             self._finished(item, done=True)
             return True
+        if early_s <= self._claim_ahead_s and early_ms <= gate.led_ms(item.request):
+            self.executor.claim_ahead(item)  # held for the lead: its lease is ready at its time
         if first:
             metrics.EARLY.labels(action="waited").inc()
             metrics.EARLY_SECONDS.observe(early_s)
@@ -548,6 +553,8 @@ class Worker:
 
     def _finished(self, item: Delivery, done: bool) -> None:
         """The item leaves the buffer; ``done``: its offset may be committed."""
+        if isinstance(item, Item) and item.ahead is not None:
+            self.executor.forget_ahead(item)  # dropped before its start: its lease goes back
         if self.state.items.pop(item.key, None) is not None:
             self.state.outstanding[item.priority] -= 1
         if done:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from confluent_kafka import Producer
 from prometheus_client import REGISTRY
@@ -146,6 +147,45 @@ def test_a_request_fired_ahead_waits_for_its_time_and_is_not_counted_as_early(
     assert ran_led["status"] == "success", ran_led
     assert support.STARTED[led["execution_id"]] * 1000 >= led["due_at_ms"]
     assert sample("duetime_worker_early_arrivals_total", {"action": "waited"}) == waited
+
+
+def lease_of(settings: CommonSettings, execution_id: str) -> tuple[str, bool] | None:
+    """(state, expired) of the execution's lease row; None: no row."""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT state, expires_at <= now() FROM leases WHERE execution_id = %s",
+            (execution_id,),
+        ).fetchone()
+    return None if row is None else (str(row[0]), bool(row[1]))
+
+
+def test_a_request_fired_ahead_claims_its_lease_early_and_gives_it_back_unrun(
+    settings: CommonSettings, requests: Requests, results: TopicReader
+) -> None:
+    """Held for the lead, a request's lease is claimed at once (claims of a fetch share a
+    round trip; its start needs none). A worker that stops before the due time releases it:
+    the next worker runs the request at its time, not a lease TTL later."""
+    # claimed ahead when at most a quarter of the TTL early
+    first = start_worker(settings, concurrency=1, buffer=10, lease_ttl_s=60.0)
+    try:
+        led = requests.send(due_at_ms=now_ms() + 6_000)
+        wait_for(
+            lambda: lease_of(settings, led["execution_id"]) == ("held", False),
+            5,
+            "the lease claimed while the request waits for its time",
+        )
+        assert now_ms() < led["due_at_ms"] and led["execution_id"] not in support.STARTED
+    finally:
+        first.stop()
+    assert led["execution_id"] not in support.STARTED
+    assert lease_of(settings, led["execution_id"]) == ("held", True)  # released: expired now
+    second = start_worker(settings, concurrency=1, buffer=10, lease_ttl_s=60.0)
+    try:
+        [ran] = final(results, led["job_id"])
+        assert ran["status"] == "success", ran
+        assert support.STARTED[led["execution_id"]] * 1000 >= led["due_at_ms"]
+    finally:
+        second.stop()
 
 
 def test_a_request_too_far_ahead_is_handed_back_unrun(
