@@ -57,6 +57,7 @@ class Reader:
 
         self.codec = Codec()
         self.seen: list[tuple[str, int, int, int, int]] = []  # job, scheduled, due, emitted, recv
+        self.partitions: list[int] = []  # the partition of each of ``seen``
         self._stop = threading.Event()
         self.consumer = reader(common.bootstrap_servers, "bench-reader", **FAST_FETCH)
         assign_all(self.consumer, Topics(common.topic_prefix).executions)
@@ -76,6 +77,7 @@ class Reader:
                 self.seen.append(
                     (r["job_id"], r["scheduled_at_ms"], r["due_at_ms"], r["emitted_at_ms"], now)
                 )
+                self.partitions.append(m.partition() or 0)
 
     def close(self) -> None:
         self._stop.set()
@@ -420,6 +422,7 @@ def scenario_failover(
     # before T0: on a busy shared machine that is far slower than 3,000/s, so it can be given
     lead_s = lead_s if lead_s is not None else 20 + n / 3000
     loads: dict[str, float] = {}
+    happened: dict[str, int] = {}  # when each event really happened (epoch ms)
     with bench_stack(partitions) as common:
         procs = {"a": start_scheduler(common, f"{name}-a")}
         try:
@@ -437,15 +440,18 @@ def scenario_failover(
             leave_ms = t0_ms + int(leave_at_s * 1000) if leave_at_s is not None else None
             _sleep_until(kill_ms)
             procs["a"].kill()  # SIGKILL: no goodbye to the group, an open transaction
+            happened["kill"] = int(time.time() * 1000)
             loads["kill"] = os.getloadavg()[0]
             progress(f"SIGKILLed scheduler a at T0 + {kill_at_s:g} s")
             _sleep_until(restart_ms)
+            happened["join"] = int(time.time() * 1000)
             procs["c"] = start_scheduler(common, f"{name}-c")
             loads["join"] = os.getloadavg()[0]
             progress(f"started scheduler c at T0 + {restart_at_s:g} s")
             if leave_ms is not None:
                 _sleep_until(leave_ms)
                 procs["b"].process.terminate()  # SIGTERM: b hands its partitions back
+                happened["leave"] = int(time.time() * 1000)
                 loads["leave"] = os.getloadavg()[0]
                 progress(f"SIGTERMed scheduler b at T0 + {leave_at_s:g} s")
             end_ms = times[-1] + 60_000
@@ -483,6 +489,9 @@ def scenario_failover(
     result.update(_failover_figures(reader.seen, t0_ms, kill_ms, restart_ms, join_end, end))
     result["throughput_jobs_per_s"] = round(len(reader.seen) / duration_s, 1)
     result["load_avg_1m_at"] = {k: round(v, 1) for k, v in loads.items()}
+    result["events"] = _failover_events(
+        reader, happened, t0_ms, [_owned_lines(proc.log()) for proc in procs.values()]
+    )
     progress(
         f"{name}: max lateness {result['max_lateness_ms']} ms, recovery {result['recovery_s']} s,"
         f" join +{result['join_extra_lateness_ms']} ms,"
@@ -541,6 +550,63 @@ def _failover_figures(
             worst = out[f"visible_lateness_ms_{phase}"].get("max") or 0.0
             out[f"{key}_max_lateness_ms"] = worst
             out[f"{key}_extra_lateness_ms"] = round(max(0.0, worst - steady), 1)
+    return out
+
+
+_LOG_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?(assigned partitions \[([\d, ]*)\]|"
+    r"owning partition (\d+): restored (\d+) states in ([\d.]+) s \(fenced in ([\d.]+) s\))",
+    re.MULTILINE,
+)
+
+
+def _owned_lines(log: str) -> list[tuple[int, str, int, dict[str, float]]]:
+    """A role's (epoch ms, "assigned" or "owned", partition, figures) from its log lines."""
+    out: list[tuple[int, str, int, dict[str, float]]] = []
+    for m in _LOG_LINE.finditer(log):
+        at_ms = int(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000)
+        if m[3] is not None:
+            out += [(at_ms, "assigned", int(p), {}) for p in m[3].split(",") if p.strip()]
+        else:
+            figures = {"states": float(m[5]), "restore_s": float(m[6]), "fence_s": float(m[7])}
+            out.append((at_ms, "owned", int(m[4]), figures))
+    return out
+
+
+def _failover_events(
+    reader: Reader,
+    events: dict[str, int],
+    t0_ms: int,
+    logs: list[list[tuple[int, str, int, dict[str, float]]]],
+) -> dict[str, Any]:
+    """Per event (kill, join, leave) and per partition that changed owner: when a member was
+    given it and when it owned it (restored, fencing included), after the event, from the
+    roles' logs; and per partition the max visible lateness of its jobs due from 1 s before
+    the event to 20 s after it. Where each event's seconds go."""
+    lines = sorted(line for log in logs for line in log)
+    out: dict[str, Any] = {}
+    for name, at_ms in events.items():
+        until_ms = min([t for t in events.values() if t > at_ms], default=at_ms + 60_000)
+        moved: dict[int, dict[str, Any]] = {}
+        for when, kind, p, figures in lines:
+            if not at_ms <= when < until_ms:
+                continue
+            entry = moved.setdefault(p, {})
+            key = f"{kind}_after_ms"
+            if key not in entry:
+                entry[key] = when - at_ms
+                entry.update(figures)
+        late: dict[int, int] = {}
+        for (_, scheduled, _, _, recv), p in zip(reader.seen, reader.partitions, strict=True):
+            if at_ms - 1000 <= scheduled < at_ms + 20_000:
+                late[p] = max(late.get(p, 0), recv - scheduled)
+        out[name] = {
+            "at_s": round((at_ms - t0_ms) / 1000, 1),
+            "partitions": {
+                str(p): {**moved.get(p, {}), "max_lateness_ms": late.get(p)}
+                for p in sorted(set(moved) | set(late))
+            },
+        }
     return out
 
 
