@@ -9,8 +9,9 @@ Guarantees:
   reads nothing. The hot path is one ``schemaless_writer`` / ``schemaless_reader`` call.
 - A scheduler state embeds its job's definition, which changes far more rarely than the state
   (every fire and every result rewrites the state): the encoded bytes of a definition, as read
-  from the jobs topic or as last written, are kept (``PART_CACHE`` of them, by object: a
-  definition record is frozen) and spliced into the state's bytes instead of encoding it
+  from the jobs topic, as read back in a state or as last written, are kept while the
+  definition object lives (by object: a definition record is frozen; a weak reference drops
+  the bytes with the object) and spliced into the state's bytes instead of encoding it
   again. Avro writes a record as its fields one after another, so the bytes are identical to
   a whole encoding (a test compares them).
 - Each value says which schema wrote it. Without a registry the frame is
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import io
 import re
-import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,10 +93,6 @@ MAGIC = 0xD7
 """First byte of a value framed without a registry (then a 2-byte schema version)."""
 CONFLUENT_MAGIC = 0x00
 """First byte of a value in the Confluent wire format (then a 4-byte schema id)."""
-
-
-PART_CACHE = 8192
-"""Encoded definitions kept for splicing into scheduler states (a miss costs one encoding)."""
 
 
 @dataclass(frozen=True)
@@ -195,10 +192,13 @@ class Codec:
             if keep_definitions
             else None
         )
-        # id(definition) -> (the definition, its Avro bytes); holding the object keeps its id
-        # from being reused while the entry lives
-        self._parts: dict[int, tuple[object, bytes]] = {}
-        self._parts_lock = threading.Lock()  # roles dump from several threads
+        # id(definition) -> (a weak reference to it, its Avro bytes), for as long as the
+        # definition lives: a state kept decoded, or being fired, holds its definition. A
+        # count bound evicted the definitions of the states kept for a burst's fires (8,192
+        # kept, a 100,000-job burst) and made those fires encode them again. An entry goes
+        # when its object is freed, before its id can be reused; single dict operations
+        # (atomic under the GIL: roles dump from several threads)
+        self._parts: dict[int, tuple[weakref.ref[object], bytes]] = {}
 
     @staticmethod
     def _load_event(
@@ -477,9 +477,8 @@ class Codec:
         does not encode (the caller's whole encoding then raises the error naming it)."""
         definition = record.definition
         try:
-            with self._parts_lock:
-                kept = self._parts.get(id(definition))
-            if kept is not None and kept[0] is definition:
+            kept = self._parts.get(id(definition))
+            if kept is not None and kept[0]() is definition:
                 part = kept[1]
                 plain = to_avro_without(record, splice.field)  # the definition is in ``part``
             else:
@@ -502,10 +501,14 @@ class Codec:
         return buffer.getvalue()
 
     def _keep_part(self, definition: object, part: bytes) -> None:
-        with self._parts_lock:
-            if len(self._parts) >= PART_CACHE:
-                del self._parts[next(iter(self._parts))]  # the oldest entry
-            self._parts[id(definition)] = (definition, part)
+        key, parts = id(definition), self._parts
+
+        def forget(ref: weakref.ref[object]) -> None:
+            entry = parts.get(key)
+            if entry is not None and entry[0] is ref:  # not a later object's, same id
+                parts.pop(key, None)
+
+        parts[key] = (weakref.ref(definition, forget), part)
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,9 @@ class DagNode(AvroRecord):
 # --- topic values ------------------------------------------------------------------------
 
 
-@dataclass(slots=True, frozen=True, kw_only=True)
+# weakref_slot: the scheduler's codec keeps a definition's encoded bytes as long as the
+# definition lives (schemas/codec.py)
+@dataclass(slots=True, frozen=True, kw_only=True, weakref_slot=True)
 class JobDefinition(AvroRecord):
     AVRO_NAME: ClassVar[str] = "duetime.JobDefinition"
     EVENT_TYPE: ClassVar[str | None] = "job"

@@ -4,6 +4,7 @@ identical to encoding the whole record, whichever way the definition's bytes wer
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 from hypothesis import given
@@ -12,7 +13,6 @@ from hypothesis import strategies as st
 from duetime.core.errors import DecodeError, ValidationError
 from duetime.core.models import Status
 from duetime.core.records import JobDefinition, SchedulerState, to_avro_without
-from duetime.schemas import codec as codec_module
 from duetime.schemas.codec import Codec
 
 from .test_schemas import PROPERTY, job_record
@@ -85,13 +85,21 @@ def test_a_state_that_does_not_encode_still_names_its_field(codec: Codec) -> Non
         codec.dump(state)
 
 
-def test_kept_definitions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec_module, "PART_CACHE", 3)
+def test_a_definitions_bytes_are_kept_while_it_lives() -> None:
     codec = Codec(keep_definitions=True)
+    kept = []
     for i in range(10):
         record = job_record(job_id=f"6f1d3a56-1f9e-4a8e-9a55-0c0f3e1c2b{i:02d}")
-        codec.load(JobDefinition, codec.encode("job", record))
-    assert len(codec._parts) == 3
+        definition = codec.load(JobDefinition, codec.encode("job", record))
+        if i % 2:
+            kept.append(definition)
+    del definition
+    gc.collect()
+    assert len(codec._parts) == 5  # the others' went with them
+    assert all(codec._parts[id(d)][0]() is d for d in kept)
+    kept.clear()
+    gc.collect()
+    assert not codec._parts
 
 
 def test_other_roles_keep_no_definitions() -> None:
@@ -110,7 +118,8 @@ def test_a_state_read_back_keeps_its_definitions_bytes_for_the_next_write(
     whole = codec.encode("state", data.draw(avro_records(codec.schema("state")), label="state"))
     state = codec.load(SchedulerState, whole)
     definition_bytes = Codec().encode("job", state.definition.to_avro())[3:]  # past the frame
-    assert codec._parts[id(state.definition)] == (state.definition, definition_bytes)
+    ref, kept = codec._parts[id(state.definition)]
+    assert ref() is state.definition and kept == definition_bytes
     assert codec.dump(state) == whole
     assert state == Codec().load(SchedulerState, whole)  # the record of a whole decoding
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from duetime.core.models import Status
 from duetime.core.records import JobDefinition, SchedulerState
-from duetime.schedulers.store import StateStore
+from duetime.schedulers.store import StateStore, decoded_size
 from duetime.schemas.codec import Codec
 
 from .test_schemas import job_record
@@ -93,11 +93,15 @@ _op = st.one_of(
 
 
 @settings(max_examples=200, deadline=None)
-@given(ops=st.lists(_op, max_size=40), limit=st.integers(0, 3))
+@given(
+    ops=st.lists(_op, max_size=40),
+    limit=st.integers(0, 3),
+    room=st.integers(0, 4 * decoded_size(b"v")),
+)
 def test_what_is_handed_out_is_the_last_written_object_of_that_job(
-    ops: list[tuple[str, str, int | None]], limit: int
+    ops: list[tuple[str, str, int | None]], limit: int, room: int
 ) -> None:
-    store = StateStore(None, WINDOW_MS, decoded_limit=limit)
+    store = StateStore(None, WINDOW_MS, decoded_limit=limit, decoded_bytes=room)
     store.advance(0)
     written: dict[str, SchedulerState] = {}  # the model: the last object written since a rollback
     for n, (op, job, wake) in enumerate(ops):
@@ -114,6 +118,7 @@ def test_what_is_handed_out_is_the_last_written_object_of_that_job(
             store.rollback()
             written.clear()
         assert len(store._decoded) <= limit
+        assert store._decoded_used == sum(size for _, size in store._decoded.values()) <= room
 
 
 _byte_op = st.one_of(
@@ -167,3 +172,13 @@ def test_the_due_jobs_states_are_read_together_and_taken_once() -> None:
     assert store.get("a") == b"a" and "a" not in store._fetched  # taken
     store.put("b", None, b"b2")  # written after the read: the read bytes are stale
     assert store.get("b") == b"b2"
+
+
+def test_large_states_are_kept_within_the_memory_bound() -> None:
+    big = b"x" * 10_000
+    store = StateStore(None, WINDOW_MS, decoded_bytes=2 * decoded_size(big))
+    store.advance(0)
+    for job in JOBS:
+        store.put(job, 1_000, big, _state())
+    assert list(store._decoded) == JOBS[-2:]  # the oldest went
+    assert store._decoded_used == 2 * decoded_size(big)
