@@ -108,7 +108,8 @@ class Timeline:
             return self.cpu_s[-1]
         t0, t1 = self.times_s[i - 1], self.times_s[i]
         c0, c1 = self.cpu_s[i - 1], self.cpu_s[i]
-        return c0 + (c1 - c0) * (at_s - t0) / (t1 - t0)
+        # clamped: the rounding of the interpolation must not step outside its two readings
+        return min(c1, max(c0, c0 + (c1 - c0) * (at_s - t0) / (t1 - t0)))
 
 
 class CpuMeter:
