@@ -82,10 +82,23 @@ def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": at(0.50), "p99": at(0.99), "max": float(ordered[-1])}
 
 
+def tuning() -> dict[str, Any]:
+    """The settings that change what the figures mean (named here, never the environment as
+    a whole: it holds the database URL's password)."""
+    from duetime.schedulers.settings import SchedulerSettings
+
+    lead = os.environ.get("DUETIME_SCHEDULER_FIRE_LEAD_MS")
+    return {
+        # runs are emitted this long before their due time (emit lateness is then negative)
+        "scheduler_fire_lead_ms": int(lead) if lead else SchedulerSettings.fire_lead_ms,
+    }
+
+
 def write_result(name: str, result: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     result.setdefault("machine", machine())
     result.setdefault("versions", versions())
+    result.setdefault("tuning", tuning())
     result.setdefault("finished_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
