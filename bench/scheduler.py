@@ -232,6 +232,7 @@ def _fire_and_read(
             # the scheduler idles from here to the first due time: its CPU from here to the end
             # is the fires' (and the commits'), whatever else the machine runs meanwhile
             cpu_ingested_s = tree_cpu_s(proc.process.pid)
+            rss_ingested = rss_bytes(proc.process.pid)  # what the scheduler keeps for the fires
             # a burst gets two minutes to drain; a steady rate 10 s after its last job
             grace_ms = 130_000 if max(times) == min(times) else 10_000
             end_ms = max(times) + grace_ms
@@ -247,6 +248,7 @@ def _fire_and_read(
                 "create_s": round(create_s, 1),
                 "ingest_after_create_s": round(ingest_s, 1),
                 "ingested_before_due": ingested_before_due,
+                "scheduler_rss_bytes_ingested": rss_ingested,
                 "scheduler_cpu_s_firing": None
                 if cpu_ingested_s is None or cpu_done_s is None
                 else round(cpu_done_s - cpu_ingested_s, 2),
