@@ -23,6 +23,7 @@ from typing import Any
 from duetime.core.config import CommonSettings
 from duetime.infra import harness
 from duetime.infra.harness import RoleProc
+from duetime.infra.local_kafka import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -67,7 +68,7 @@ def versions() -> dict[str, str]:
     import confluent_kafka
 
     out["librdkafka"] = confluent_kafka.libversion()[0]
-    out["kafka_broker"] = "4.1.1"
+    out["kafka_broker"] = KAFKA_VERSION
     return out
 
 

@@ -556,6 +556,14 @@ class LocalKafka:
             return False
         return b"kafka.Kafka" in args and str(self.properties_file).encode() in args
 
+    def _runs_our_jars(self, pid: int) -> bool:
+        """True when ``pid``'s class path is this version's jar cache (see ``_java_cmd``)."""
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return True  # gone: nothing to warn about
+        return f"{self.jar_cache}/*".encode() in args
+
     def _reuse_existing(self, timeout_s: float) -> bool:
         """Reuse a live broker from the pid file, or clean a stale pid file."""
         self._cleaned_stale = False
@@ -571,6 +579,14 @@ class LocalKafka:
             self._cleaned_stale = True
             return False
         log.info("reusing running Kafka broker pid %d on %s", pid, self.bootstrap)
+        if not self._runs_our_jars(pid):
+            # A broker started before KAFKA_VERSION changed (e.g. the shared test stack, kept
+            # up while any session uses it) serves on its own version until it is stopped.
+            log.warning(
+                "Kafka broker pid %d was not started from %s (Kafka %s): it keeps its own "
+                "version until stopped",
+                pid, self.jar_cache, KAFKA_VERSION,
+            )  # fmt: skip
         try:
             wait_until(
                 self._metadata_probe(),

@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from duetime.infra.local_kafka import LocalKafka
+from duetime.infra.local_kafka import MAIN_JAR, LocalKafka
 from duetime.infra.local_postgres import LocalPostgres
 from duetime.infra.process import InfraError, free_port, pid_alive, wait_until
 
@@ -146,6 +146,24 @@ def test_second_start_reuses_running_servers(
     assert (k2.pid, pg2.pid) == (kafka_pid, pg_pid)
 
 
+def test_reusing_a_broker_of_other_jars_says_so(
+    home: Path, kafka: LocalKafka, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As after an upgrade of KAFKA_VERSION: the running broker came from another jar cache.
+    other = LocalKafka(
+        home, port=kafka.port, controller_port=kafka.controller_port, jar_cache=tmp_path / "libs"
+    )
+    with caplog.at_level("INFO", logger="duetime.infra"):
+        other.start(timeout_s=30)
+    assert other.pid == kafka.pid
+    assert "keeps its own version until stopped" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="duetime.infra"):
+        LocalKafka(home, port=kafka.port, controller_port=kafka.controller_port).start(30)
+    assert "reusing running Kafka broker" in caplog.text
+    assert "keeps its own version" not in caplog.text
+
+
 def test_taken_port_gives_a_clear_error(tmp_path: Path) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
@@ -192,7 +210,7 @@ def test_sigkilled_postgres_starts_again(postgres: LocalPostgres) -> None:
 def test_jar_cache_without_marker_is_fetched_again(kafka: LocalKafka, tmp_path: Path) -> None:
     k = LocalKafka(tmp_path, jar_cache=tmp_path / "libs")
     libs = k.ensure_jars()
-    main_jar = libs / "kafka_2.13-4.1.1.jar"
+    main_jar = libs / MAIN_JAR
     assert main_jar.exists() and (libs / ".duetime-complete").exists()
     # As if the copy had been killed half-way: no marker, a jar missing.
     (libs / ".duetime-complete").unlink()
