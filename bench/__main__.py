@@ -15,6 +15,7 @@ SUITES = {
     "http": "bench.http_rate",
     "limits": "bench.limits",
     "fetch": "bench.fetch_wait",
+    "txn": "bench.txn_backoff",
 }
 
 

@@ -308,3 +308,17 @@ def test_settings_repr_hides_url_passwords_too() -> None:
     }
     shown = repr(CommonSettings.from_env(Env(env)))
     assert "hunter2" not in shown and "@db:5432/duetime" in shown and "registry:8081" in shown
+
+
+def test_a_transactional_producer_retries_after_10_ms_unless_the_operator_says_otherwise() -> None:
+    """Back-to-back transactions wait out CONCURRENT_TRANSACTIONS answers at this backoff
+    (``./run bench txn``); an operator's ``retry.backoff.ms`` is kept."""
+    plain = CommonSettings.from_env(Env({"DUETIME_KAFKA_BOOTSTRAP": "h:1"}))
+    conf = kafka.transactional_overrides(plain, "t.0")
+    assert conf["retry.backoff.ms"] == kafka.TXN_RETRY_BACKOFF_MS == 10
+    assert conf["transactional.id"] == "t.0"
+    env = {"DUETIME_KAFKA_BOOTSTRAP": "h:1", "DUETIME_KAFKA_RETRY_BACKOFF_MS": "250"}
+    operated = CommonSettings.from_env(Env(env))
+    assert "retry.backoff.ms" not in kafka.transactional_overrides(operated, "t.0")
+    producer = kafka.transactional_producer(operated, "t.0")  # librdkafka takes the layering
+    assert producer is not None
