@@ -572,25 +572,32 @@ class Worker:
         until its due time starts within a millisecond or so of it, not at the next
         housekeeping round)."""
         self._seq += 1
-        at = time.monotonic() + delay_s
-        heapq.heappush(self.state.lease_waits, (at, self._seq, item.key))
-        if self._wait_timer is None or at < self._wait_timer.when():
-            if self._wait_timer is not None:
-                self._wait_timer.cancel()
-            # the event loop's clock is time.monotonic()
-            self._wait_timer = self._loop.call_at(at, self._wait_over)
+        heapq.heappush(self.state.lease_waits, (time.monotonic() + delay_s, self._seq, item.key))
+        self._arm_wait_timer()
+
+    def _arm_wait_timer(self) -> None:
+        """One timer, for the earliest of ``lease_waits`` (moved earlier when needed; the
+        event loop's clock is time.monotonic())."""
+        waits = self.state.lease_waits
+        if not waits or self._stopping:
+            return
+        at = waits[0][0]
+        timer = self._wait_timer
+        if timer is not None:
+            if timer.when() <= at:
+                return
+            timer.cancel()
+        self._wait_timer = self._loop.call_at(at, self._wait_over)
 
     def _wait_over(self) -> None:
         self._wait_timer = None
         try:
             self._requeue_due_lease_waits()
-            self._start_ready()
+            self._start_ready()  # may hold more requests: _wait arms the timer for them
         except Exception:  # the housekeeping loop starts them at its next round
             metrics.LOOP_ERRORS.inc()
             log.exception("starting work failed; carrying on")
-        waits = self.state.lease_waits
-        if waits and not self._stopping:
-            self._wait_timer = self._loop.call_at(waits[0][0], self._wait_over)
+        self._arm_wait_timer()
 
     def _requeue_due_lease_waits(self) -> None:
         now = time.monotonic()

@@ -13,10 +13,12 @@ due time and the window it needs:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -209,3 +211,34 @@ def test_a_request_too_far_ahead_is_handed_back_unrun(
     wait_for(lambda: committed(settings, topic) >= start + 2, 30, "both offsets committed")
     assert far["execution_id"] not in support.STARTED
     assert not [r for r in results.snapshot() if r["job_id"] == far["job_id"]]
+
+
+def test_one_timer_waits_for_the_held_requests(worker: RunningWorker) -> None:
+    """However the held requests come and go, the worker keeps one timer for the earliest of
+    them: a request held while the timer's own round starts work must not leave a second
+    timer behind (each would wake the loop again, and arm another)."""
+    w = worker.worker
+
+    def timers() -> int:  # the event loop's pending timers that wake the held requests
+        scheduled = list(getattr(worker.loop, "_scheduled", []))
+        return sum(1 for h in scheduled if h._callback == w._wait_over and not h.cancelled())
+
+    first: Any = SimpleNamespace(key="held-first")  # a request's key is all a wait keeps
+    another: Any = SimpleNamespace(key="held-in-the-round")
+
+    def start_ready_holding_another() -> None:
+        w._wait(another, 30.0)
+
+    async def round_that_holds_another() -> int:
+        w._start_ready = start_ready_holding_another  # type: ignore[method-assign]
+        try:
+            w._wait(first, 20.0)
+            fired = w._wait_timer
+            assert fired is not None
+            fired.cancel()  # as if it had fired: its round runs now
+            w._wait_over()  # ... and holds one more request
+            return timers()
+        finally:
+            del w._start_ready
+
+    assert asyncio.run_coroutine_threadsafe(round_that_holds_another(), worker.loop).result(10) == 1
