@@ -83,6 +83,21 @@ def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     return {"p50": at(0.50), "p99": at(0.99), "max": float(ordered[-1])}
 
 
+def probe_result(scenario: str, **fields: Any) -> dict[str, Any]:
+    """A result that measures no jobs (a probe of one mechanism), in the fields every result
+    carries (what bench tooling reads), then its own."""
+    return {
+        "scenario": scenario,
+        "jobs": None,
+        "duration_s": None,
+        "throughput_jobs_per_s": None,
+        "lateness_ms": {"p50": None, "p99": None, "max": None},
+        "lost": 0,
+        "duplicates": 0,
+        **fields,
+    }
+
+
 def tuning() -> dict[str, Any]:
     """The settings that change what the figures mean (named here, never the environment as
     a whole: it holds the database URL's password)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from bench.common import bench_stack, percentiles, progress, write_result
+from bench.common import bench_stack, percentiles, probe_result, progress, write_result
 from bench.cpu import CpuMeter, pid_listening
 from bench.worker_throughput import PARTITIONS, fresh
 from duetime.core.topics import Topics
@@ -143,18 +143,12 @@ def main(argv: list[str] | None = None) -> int:
                 cost = idle_broker_cpu(common, kafka_pid, wait_or_none, args.idle_s)
                 idle.setdefault(label, []).append(cost)
                 progress(f"round {round_no + 1}, idle fetcher {label}: broker {cost} core")
-    result = {
-        "scenario": "fetch-wait",
-        "jobs": None,
-        "duration_s": None,
-        "throughput_jobs_per_s": None,
-        "lateness_ms": {"p50": None, "p99": None, "max": None},
-        "lost": 0,
-        "duplicates": 0,
-        "after_commit_ms": {str(w): percentiles(v) for w, v in wake.items()},
-        "lost_commits": {str(w): args.rounds * args.commits - len(v) for w, v in wake.items()},
-        "idle_broker_cores": idle,
-        "config": {
+    result = probe_result(
+        "fetch-wait",
+        after_commit_ms={str(w): percentiles(v) for w, v in wake.items()},
+        lost_commits={str(w): args.rounds * args.commits - len(v) for w, v in wake.items()},
+        idle_broker_cores=idle,
+        config={
             "waits_ms": args.waits,
             "commits_per_round": args.commits,
             "rounds": args.rounds,
@@ -165,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": f"./run bench fetch --waits {' '.join(map(str, args.waits))} "
             f"--commits {args.commits} --rounds {args.rounds}",
         },
-    }
+    )
     write_result("fetch-wait", result)
     return 0
 

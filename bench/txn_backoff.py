@@ -22,7 +22,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.common import bench_stack, percentiles, progress, write_result
+from bench.common import bench_stack, percentiles, probe_result, progress, write_result
 from bench.cpu import CpuMeter, pid_listening
 from bench.worker_throughput import PARTITIONS, fresh
 from duetime.core.topics import Topics
@@ -81,22 +81,14 @@ def main(argv: list[str] | None = None) -> int:
                 broker_cpu_s[backoff] += meter.seconds().get("kafka") or 0.0
                 progress(f"round {round_no + 1}, retry.backoff.ms {backoff}: {percentiles(got)}")
     total = args.rounds * args.transactions
-    result = {
-        "scenario": "txn-backoff",
-        "jobs": None,
-        "duration_s": None,
-        "throughput_jobs_per_s": None,
-        "lateness_ms": {"p50": None, "p99": None, "max": None},
-        "lost": 0,
-        "duplicates": 0,
-        "cycle_ms": {str(b): percentiles(v) for b, v in cycles.items()},
-        "transactions_per_s": {
-            str(b): round(len(v) / (sum(v) / 1000), 1) for b, v in cycles.items()
-        },
-        "broker_cpu_ms_per_transaction": {
+    result = probe_result(
+        "txn-backoff",
+        cycle_ms={str(b): percentiles(v) for b, v in cycles.items()},
+        transactions_per_s={str(b): round(len(v) / (sum(v) / 1000), 1) for b, v in cycles.items()},
+        broker_cpu_ms_per_transaction={
             str(b): round(s / total * 1000, 2) for b, s in broker_cpu_s.items()
         },
-        "config": {
+        config={
             "backoffs_ms": args.backoffs,
             "transactions": args.transactions,
             "rounds": args.rounds,
@@ -104,6 +96,6 @@ def main(argv: list[str] | None = None) -> int:
             "back, one producer; broker CPU over each turn / its transactions",
             "command": "./run bench txn " + " ".join(argv or []),
         },
-    }
+    )
     write_result("txn-backoff", result)
     return 0

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duetime.core.jobspec import build_job
-from duetime.core.models import ErrorReason, ResultStatus, Status, Trigger
-from duetime.core.records import ErrorInfo, ExecutionRequest, ExecutionResult, SchedulerState
+from duetime.core.models import ResultStatus, Status, Trigger
+from duetime.core.records import ExecutionRequest, SchedulerState
 from duetime.schedulers import logic
+from tests.unit.test_scheduler_logic import NOW, result
 
-NOW = 1_800_000_000_000  # a whole second
-SECOND = 1_000
+SECOND = 1_000  # NOW (test_scheduler_logic's) is a whole second
 
 
 def every_second(overlap: str) -> SchedulerState:
@@ -127,19 +127,7 @@ def test_a_retry_is_emitted_its_lead_ahead_and_carries_its_due_time() -> None:
     )
     state, _ = logic.on_definition(None, definition, NOW)
     [request] = logic.fire_due(state, NOW, policy).executions
-    failed = ExecutionResult(
-        execution_id=request.execution_id,
-        job_id=request.job_id,
-        attempt=1,
-        status=ResultStatus.FAILURE,
-        worker_id="w",
-        lease_token=1,
-        scheduled_at_ms=request.scheduled_at_ms,
-        finished_at_ms=NOW + 10,
-        error=ErrorInfo(type="X", message="m", retryable=True, reason=ErrorReason.ERROR),
-        retry_after_s=None,
-        priority=request.priority,
-    )
+    failed = result(request, ResultStatus.FAILURE)
     new, _ = logic.on_result(state, failed, NOW + 10, random.Random(0), policy)
     assert new is not None
     [waiting] = new.inflight
