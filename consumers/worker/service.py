@@ -464,8 +464,9 @@ class Worker:
         if early_ms <= 0:
             return False
         early_s = early_ms / 1000
+        led_ms = gate.led_ms(item.request)
         # early by at most the scheduler's fire lead: on purpose, not worth a line or a count
-        first = not item.early_seen and early_ms > gate.led_ms(item.request)
+        first = not item.early_seen and early_ms > led_ms
         item.early_seen = True
         if early_s > self.settings.max_early_wait_s:
             metrics.EARLY.labels(action="handed_back").inc()
@@ -480,7 +481,7 @@ class Worker:
             )
             self._finished(item, done=True)
             return True
-        if early_s <= self._claim_ahead_s and early_ms <= gate.led_ms(item.request):
+        if early_s <= self._claim_ahead_s and early_ms <= led_ms:
             self.executor.claim_ahead(item)  # held for the lead: its lease is ready at its time
         if first:
             metrics.EARLY.labels(action="waited").inc()
