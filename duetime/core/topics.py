@@ -42,6 +42,12 @@ def check_queue(name: object) -> str:
 # Compaction keeps only the latest record per key, which is what a definition or a changelog
 # needs; min.compaction.lag keeps a few seconds of history for consumers that are just behind.
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "10000"}
+# The schedulers' changelog is read whole by every new owner of a partition (failover, a join,
+# a restart), and Kafka never compacts a partition's active segment: with the broker's default
+# segments (1 GiB, rolled weekly) a restore could read up to 1 GiB of superseded states a
+# partition. Segments of 64 MiB rolled at least hourly bound what a restore reads beyond the
+# live states, at ~3 state records a job (docs/operations.md, "Disk").
+_CHANGELOG = {**_COMPACTED, "segment.bytes": str(64 * 2**20), "segment.ms": str(3600 * 1000)}
 # Event topics are deleted by time: 7 days is enough to rebuild the projection after an outage.
 _EVENTS = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 # The schedulers' clock probes (schedulers/skew.py): the broker stamps each on append, which is
@@ -181,7 +187,7 @@ class Topics:
             TopicSpec(self.jobs, partitions, dict(_COMPACTED), "job"),
             TopicSpec(self.control, partitions, dict(_EVENTS), "control"),
             TopicSpec(self.results, partitions, dict(_EVENTS), "result"),
-            TopicSpec(self.state, partitions, dict(_COMPACTED), "state"),
+            TopicSpec(self.state, partitions, dict(_CHANGELOG), "state"),
             TopicSpec(self.dlq, partitions, dict(_DEAD), "dead_letter"),
             TopicSpec(self.dags, partitions, dict(_COMPACTED), "dag"),
             TopicSpec(self.dag_runs, partitions, dict(_EVENTS), "dag_run"),

@@ -42,6 +42,10 @@ def test_compacted_topics_are_compacted(settings: CommonSettings) -> None:
     assert configs[topics.jobs]["cleanup.policy"].value == "compact"
     assert configs[topics.state]["cleanup.policy"].value == "compact"
     assert configs[topics.results]["cleanup.policy"].value == "delete"
+    # the changelog rolls small segments, so compaction reaches all but the newest 64 MiB
+    assert int(configs[topics.state]["segment.bytes"].value) == 64 * 2**20
+    assert int(configs[topics.state]["segment.ms"].value) == 3600 * 1000
+    assert int(configs[topics.jobs]["segment.bytes"].value) != 64 * 2**20  # the broker's default
 
 
 def test_migrations_are_idempotent_and_tables_work(database_url: str) -> None:
