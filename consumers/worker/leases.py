@@ -198,7 +198,9 @@ class _Batcher(Generic[I, O]):
     Callers ``await submit(item)``; one task takes everything queued so far (up to
     ``max_batch``) and runs ``flush`` on it while the next batch builds up. Under load a batch
     is whatever arrived during the previous round trip, so the cost per item falls as the load
-    rises, and a lone call waits for nobody.
+    rises, and a lone call waits for nobody, unless ``gather_s``: then the oldest queued call
+    waits up to that long from its arrival for others to share its round trip (for calls
+    nothing waits on, such as completions, which arrive one at a time at a steady rate).
     """
 
     def __init__(
@@ -207,26 +209,42 @@ class _Batcher(Generic[I, O]):
         flush: Callable[[list[I]], Awaitable[list[O]]],
         max_batch: int,
         stopping: Callable[[], bool],
+        gather_s: float = 0.0,
     ) -> None:
         self.name = name
         self._flush = flush
         self._max_batch = max_batch
         self._stopping = stopping
+        self._gather_s = gather_s
         self._queue: list[tuple[I, asyncio.Future[O]]] = []
+        self._first_at = 0.0
+        """When the oldest call of the queue arrived (monotonic; 0: it gathers no more)."""
         self._ready = asyncio.Event()
 
     async def submit(self, item: I) -> O:
         future: asyncio.Future[O] = asyncio.get_running_loop().create_future()
+        if not self._queue:
+            self._first_at = time.monotonic()
         self._queue.append((item, future))
         self._ready.set()
         return await future
+
+    async def _gather(self) -> None:
+        """Let the queue fill for up to ``gather_s`` after its oldest call's arrival."""
+        if self._gather_s <= 0 or self._first_at <= 0 or self._stopping():
+            return
+        wait_s = self._first_at + self._gather_s - time.monotonic()
+        if wait_s > 0 and len(self._queue) < self._max_batch:
+            await asyncio.sleep(wait_s)
 
     async def run(self) -> None:
         backoff = Backoff()
         while True:
             await self._ready.wait()
+            await self._gather()
             batch = [(i, f) for i, f in self._queue[: self._max_batch] if not f.done()]
             del self._queue[: self._max_batch]
+            self._first_at = 0.0  # the rest (beyond max_batch) goes next, without a wait
             if not self._queue:
                 self._ready.clear()
             if not batch:
@@ -304,7 +322,13 @@ class LeaseStore:
     """The worker's side of ``leases``: batched claim, renew, complete and release."""
 
     def __init__(
-        self, database_url: str, owner: str, ttl_s: float, pool_size: int = 4, max_batch: int = 500
+        self,
+        database_url: str,
+        owner: str,
+        ttl_s: float,
+        pool_size: int = 4,
+        max_batch: int = 500,
+        complete_gather_s: float = 0.0,
     ) -> None:
         self.owner = owner
         self.ttl_s = ttl_s
@@ -341,7 +365,11 @@ class LeaseStore:
         self._limited_claims: _Batcher[_LimitedItem, Claim] = _Batcher(
             "claim_limited", self._claim_limited_batch, max_batch, self.stopping
         )
-        self._completions = _Batcher("complete", self._complete_batch, max_batch, self.stopping)
+        # a completion waits up to complete_gather_s for others: results are published after
+        # it, and nothing waits on a result's first tens of milliseconds (WorkerSettings)
+        self._completions = _Batcher(
+            "complete", self._complete_batch, max_batch, self.stopping, complete_gather_s
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     def stopping(self) -> bool:

@@ -142,7 +142,11 @@ class Worker:
         s = settings
         # nothing below connects yet: the pools open and the consumer subscribes in run()
         self.leases = LeaseStore(
-            self.common.database_url, self.worker_id, s.lease_ttl_s, pool_size=s.db_pool_size
+            self.common.database_url,
+            self.worker_id,
+            s.lease_ttl_s,
+            pool_size=s.db_pool_size,
+            complete_gather_s=s.complete_gather_ms / 1000,
         )
         consumer = self._new_consumer()
         self._http = new_session(s.egress, s.concurrency)

@@ -118,6 +118,36 @@ def test_concurrent_claims_are_batched_and_one_wins_each_execution(database_url:
     run(scenario())
 
 
+def test_completions_spread_in_time_share_one_round_trip_within_the_gather(
+    database_url: str,
+) -> None:
+    """Runs started one at a time finish one at a time: their completions wait (up to the
+    gather) for each other instead of each taking its own statement and WAL flush."""
+
+    async def scenario() -> None:
+        store = LeaseStore(database_url, "worker-a", 10, complete_gather_s=5.0)
+        await store.open()
+        try:
+            ids = [new_id() for _ in range(5)]
+            claims = await asyncio.gather(*(store.claim(eid, 1) for eid in ids))
+
+            async def complete(index: int, eid: str, token: int | None) -> bool:
+                assert token is not None
+                await asyncio.sleep(0.02 * index)  # one after the other, as runs finish
+                return await store.complete(eid, token, "success", b"result")
+
+            before = _count(metrics.LEASE_BATCH_SIZE, "complete")
+            done = await asyncio.gather(
+                *(complete(i, e, c.token) for i, (e, c) in enumerate(zip(ids, claims, strict=True)))
+            )
+            assert done == [True] * len(ids)
+            assert _count(metrics.LEASE_BATCH_SIZE, "complete") - before == 1
+        finally:
+            await store.close()
+
+    run(scenario())
+
+
 def _count(histogram: object, op: str) -> float:
     for metric in histogram.collect():  # type: ignore[attr-defined]
         for sample in metric.samples:
