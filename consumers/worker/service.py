@@ -86,6 +86,11 @@ class _State:
         default_factory=lambda: dict.fromkeys(PRIORITY_ORDER, 0)
     )
     lease_waits: list[tuple[float, int, str]] = field(default_factory=list)
+    holding: dict[str, Priority] = field(default_factory=dict)
+    """Items held until their due time (in ``lease_waits``): they count against the hold
+    buffer, not the buffer."""
+    held: dict[Priority, int] = field(default_factory=lambda: dict.fromkeys(PRIORITY_ORDER, 0))
+    """``holding`` per priority."""
     limit_waits: limits.LimitWaits = field(default_factory=limits.LimitWaits)
     assigned: set[TP] = field(default_factory=set)
     paused: set[str] = field(default_factory=set)
@@ -485,8 +490,11 @@ class Worker:
             )
             self._finished(item, done=True)
             return True
-        if early_s <= self._claim_ahead_s and early_ms <= led_ms:
-            self.executor.claim_ahead(item)  # held for the lead: its lease is ready at its time
+        if early_ms <= led_ms:  # held for the lead: its lease is ready at its time
+            if early_s <= self._claim_ahead_s:
+                self.executor.claim_ahead(item)
+            else:  # back at TTL/4 before it, to claim it then, with the others due with it
+                early_s -= self._claim_ahead_s
         if first:
             metrics.EARLY.labels(action="waited").inc()
             metrics.EARLY_SECONDS.observe(early_s)
@@ -496,7 +504,15 @@ class Worker:
                 extra=item.fields(),
             )
         self._wait(item, early_s)
+        if item.key not in self.state.holding:
+            self.state.holding[item.key] = item.priority
+            self.state.held[item.priority] += 1
         return True
+
+    def _unhold(self, key: str) -> None:
+        priority = self.state.holding.pop(key, None)
+        if priority is not None:
+            self.state.held[priority] -= 1
 
     # --- limits per key (limits.py) -------------------------------------------------------
 
@@ -562,6 +578,7 @@ class Worker:
             self.executor.forget_ahead(item)  # dropped before its start: its lease goes back
         if self.state.items.pop(item.key, None) is not None:
             self.state.outstanding[item.priority] -= 1
+            self._unhold(item.key)
         if done:
             self.offsets.done(item.tp, item.offset)
 
@@ -609,6 +626,7 @@ class Worker:
         waits = self.state.lease_waits
         while waits and waits[0][0] <= now:
             _, _, key = heapq.heappop(waits)
+            self._unhold(key)
             item = self.state.items.get(key)
             if item is not None:  # back to the head of its queue, keeping its age
                 self.state.queues[item.priority].appendleft(Waiting(item.enqueued_at, key))
@@ -616,19 +634,35 @@ class Worker:
     # --- flow control and commits ---------------------------------------------------------
 
     def _apply_backpressure(self) -> None:
-        buffer = self.settings.buffer
-        out = self.state.outstanding
-        total = sum(out.values())
+        """Pause fetching beyond the buffer (or the hold buffer: requests held until their due
+        time count apart, so a burst fired ahead keeps being fetched); the critical topic has
+        bounds of its own."""
+        st = self.state
+        held = sum(st.held.values())
+        total = sum(st.outstanding.values()) - held
         critical = {t for t, p in self._priority_of.items() if p is Priority.CRITICAL}
         others = set(self._priority_of) - critical
-        if total >= buffer:
+        full = self._full(total, held)
+        if full is True:
             self._pause(others)
-        elif total < buffer * _RESUME_BELOW:
+        elif full is False:
             self._resume(others)
-        if out[Priority.CRITICAL] >= buffer:
+        held_critical = st.held[Priority.CRITICAL]
+        full = self._full(st.outstanding[Priority.CRITICAL] - held_critical, held_critical)
+        if full is True:
             self._pause(critical)
-        elif out[Priority.CRITICAL] < buffer * _RESUME_BELOW:
+        elif full is False:
             self._resume(critical)
+
+    def _full(self, waiting: int, held: int) -> bool | None:
+        """True: pause (either buffer full); False: resume (both under their hysteresis
+        mark); None: as it is."""
+        buffer, hold_buffer = self.settings.buffer, self.settings.hold_buffer
+        if waiting >= buffer or held >= hold_buffer:
+            return True
+        if waiting < buffer * _RESUME_BELOW and held < hold_buffer * _RESUME_BELOW:
+            return False
+        return None
 
     def _pause(self, topics: set[str]) -> None:
         new = topics - self.state.paused

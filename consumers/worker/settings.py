@@ -52,7 +52,12 @@ class WorkerSettings:
     aging_s: float = 30.0
     """A waiting non-critical execution is promoted one level per this many seconds."""
     buffer: int = 1000
-    """Fetched executions not yet finished, at most (the partitions pause beyond it)."""
+    """Fetched executions not yet finished, at most (the partitions pause beyond it); those
+    held until their due time count apart (``hold_buffer``)."""
+    hold_buffer: int = 20_000
+    """Fetched executions held until their due time (the scheduler's fire lead and crowd
+    lead), at most (the partitions pause beyond it). They cost no slot and no CPU while they
+    wait: a burst fired seconds ahead waits here, claimed, and starts at its time. ~2 KB each."""
     lease_ttl_s: float = 10.0
     """A lease not renewed for this long may be claimed by another worker."""
     shutdown_s: float = 30.0
@@ -164,6 +169,7 @@ class WorkerSettings:
             ),
             aging_s=env.number("DUETIME_WORKER_AGING_S", cls.aging_s, 0.001, 86400.0),
             buffer=env.integer("DUETIME_WORKER_BUFFER", cls.buffer, 1, 1_000_000),
+            hold_buffer=env.integer("DUETIME_WORKER_HOLD_BUFFER", cls.hold_buffer, 1, 1_000_000),
             lease_ttl_s=env.number("DUETIME_LEASE_TTL_S", cls.lease_ttl_s, 0.5, 3600.0),
             shutdown_s=env.number("DUETIME_WORKER_SHUTDOWN_S", cls.shutdown_s, 0.0, 3600.0),
             imports=env.items("DUETIME_WORKER_IMPORTS"),

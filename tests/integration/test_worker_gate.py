@@ -151,6 +151,33 @@ def test_a_request_fired_ahead_waits_for_its_time_and_is_not_counted_as_early(
     assert sample("duetime_worker_early_arrivals_total", {"action": "waited"}) == waited
 
 
+def test_held_requests_beyond_the_buffer_keep_the_partitions_fetching(
+    settings: CommonSettings, requests: Requests, results: TopicReader
+) -> None:
+    """A crowd fired ahead waits at the worker (DUETIME_WORKER_HOLD_BUFFER), not in its
+    buffer: with three times the buffer held, a request due now is still fetched and run
+    before their time, and each held one starts no earlier than its own."""
+    running = start_worker(settings, concurrency=1, buffer=10, hold_buffer=1_000)
+    try:
+        due_ms = now_ms() + 5_000
+        held = [requests.send(due_at_ms=due_ms) for _ in range(30)]
+        wait_for(
+            lambda: sum(running.worker.state.held.values()) == len(held),
+            10,
+            "every request fired ahead to be held",
+        )
+        due = requests.send(due_at_ms=now_ms())
+        [ran_due] = final(results, due["job_id"])
+        assert ran_due["status"] == "success"
+        assert ran_due["started_at_ms"] < due_ms
+        for request in held:
+            [ran] = final(results, request["job_id"])
+            assert ran["status"] == "success", ran
+            assert support.STARTED[request["execution_id"]] * 1000 >= due_ms
+    finally:
+        running.stop()
+
+
 def lease_of(settings: CommonSettings, execution_id: str) -> tuple[str, bool] | None:
     """(state, expired) of the execution's lease row; None: no row."""
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
