@@ -130,6 +130,13 @@ class Policy:
     (DUETIME_SCHEDULER_FIRE_LEAD_MS): the transaction and the workers' fetch happen inside the
     lead, and the worker holds the request until its due time (workers never start early).
     Rescue deadlines are not led: they fire at their time."""
+    crowd_rate_per_s: float = 0.0
+    """The crowd lead (crowd.py, DUETIME_SCHEDULER_CROWD_RATE): the jobs a second this scheduler
+    process plans to emit; jobs due closer together than that are fired earlier, by the time
+    they take to go out at it (each partition plans with its share)."""
+    crowd_lead_max_ms: int = 0
+    """...at most this much ahead of the fire lead (DUETIME_SCHEDULER_CROWD_LEAD_MAX_MS; 0: no
+    crowd lead)."""
 
     def rescue_window_ms(self, definition: JobDefinition) -> int:
         """How long an execution of this job may go without a result before it is rescued."""
@@ -237,13 +244,32 @@ def wake_at_ms(state: SchedulerState, lead_ms: int = 0) -> int | None:
     return min(candidates) if candidates else None
 
 
+def led_wake_ms(state: SchedulerState, lead_ms: int) -> int | None:
+    """The earliest of the job's wake-ups that a lead moves (``lead_ms`` before a retry's or
+    the next occurrence's due time), None when it has none: rescue deadlines are never led,
+    nor an occurrence that overlap ``skip`` / ``queue_one`` judges at its time. The crowd lead
+    (crowd.py) fires a job popped ahead of its wake-up only for these."""
+    candidates = [
+        e.due_at_ms - lead_ms for e in state.inflight if e.status is Status.FAILED and not e.held
+    ]
+    if (
+        state.next_run_at_ms is not None
+        and state.status not in _NOT_FIRING
+        and _schedule_led(state)
+    ):
+        candidates.append(fire_ms(state, state.next_run_at_ms) - lead_ms)
+    return min(candidates) if candidates else None
+
+
 def _schedule_lead_ms(state: SchedulerState, lead_ms: int) -> int:
     """The fire lead of the job's next occurrence: none while an earlier execution is live and
     the overlap policy looks at it (skip, queue_one), so that the policy judges the occurrence
     at its due time, as without a lead."""
-    if lead_ms and _live(state) and state.definition.overlap is not Overlap.ALLOW:
-        return 0
-    return lead_ms
+    return lead_ms if lead_ms and _schedule_led(state) else 0
+
+
+def _schedule_led(state: SchedulerState) -> bool:
+    return not (_live(state) and state.definition.overlap is not Overlap.ALLOW)
 
 
 def fire_ms(state: SchedulerState, nominal_ms: int) -> int:

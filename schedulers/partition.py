@@ -21,7 +21,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -56,12 +56,16 @@ from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import logic, metrics
+from .crowd import Crowd
 from .fairness import SHARE_HEADER, FairnessGate, Share, share_of
 from .store import HELD_PREFIX, StateStore
 
 log = logging.getLogger("duetime.scheduler")
 
 WAKE_HEADER = "duetime-wake-ms"
+CROWD_EVERY_MS = 100
+"""The crowd lead is worked out again at most this often (or when a later group's turn has
+come): walking the index's counts costs ~50 us, a cycle runs every few milliseconds."""
 CATCH_UP_LIMIT_MS = 10_000
 """A new owner fires at the latest this long after taking a partition, inputs read or not."""
 
@@ -111,7 +115,9 @@ class Pending:
         return self.commit_by_ms is not None and self.commit_by_ms <= now_ms
 
     def wait_for(self, out: logic.Outputs, slack_ms: int) -> None:
-        """Move ``commit_by_ms`` forward for one input's or one fire's records."""
+        """Move ``commit_by_ms`` forward for one input's or one fire's records (requests: by
+        ``slack_ms`` before their due time; a crowd's is larger by its extra lead, so a crowd
+        fired ahead commits at once)."""
         if out.dead_letters or out.controls or out.dag_run_events:
             by = 0
         elif out.executions:
@@ -251,6 +257,11 @@ class PartitionOwner:
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
         self._input_ends: dict[str, int] | None = None
         """Input offsets to read before firing (None: not looked up yet; empty: read)."""
+        self._crowd = Crowd(-1, None)
+        """The crowd lead as last worked out (``_crowd_until``), at ``_crowd_at_ms``."""
+        self._crowd_at_ms = -(2**62)
+        self._crowd_held = False
+        """The last fire left jobs the crowd lead popped early to the next (its fire limit)."""
         self.hold_emits = False
         """Set while the scheduler's clock is not trusted (skew.py): an input whose transform
         would emit an execution request (a trigger, a release, a queued occurrence) is held
@@ -505,29 +516,56 @@ class PartitionOwner:
             j == job_id for j, _ in self.pending.held.values()
         )
 
-    def fire(self, now_ms: int, limit: int) -> int:
-        """Fire every job whose wake-up time has come; returns how many jobs were handled."""
+    def fire(self, now_ms: int, limit: int, crowd_rate_per_s: float = 0.0) -> int:
+        """Fire every job whose wake-up time has come, and a crowd's jobs ahead of theirs
+        (``crowd_rate_per_s``: this partition's share of the crowd rate); returns how many
+        jobs were handled."""
         self.store.advance(now_ms)
-        due = self.store.pop_due(now_ms, limit)
+        until_ms = self._crowd_until(now_ms, crowd_rate_per_s)
+        due = self.store.pop_due(now_ms, limit, until_ms)
+        self._crowd_held = until_ms > now_ms and len(due) >= limit
+        base_ms = self.policy.fire_lead_ms
+        # the index and the changelog keep the base lead (a restart or another owner stays
+        # right); the crowd's extra is applied here, to the jobs it pops
+        policy = self.policy
+        if until_ms > now_ms:
+            policy = replace(policy, fire_lead_ms=base_ms + until_ms - now_ms)
         for job_id in due:
             state = self._state(job_id)
             if state is None:
                 continue
-            wake = logic.wake_at_ms(state, self.policy.fire_lead_ms)
+            wake = logic.wake_at_ms(state, base_ms)
             if wake is None:
                 continue
-            if wake > now_ms:  # indexed earlier than its time (an owner with a longer lead)
-                self.store.reindex(job_id, wake)
+            if wake > now_ms and not _led_by(state, base_ms, until_ms):
+                # indexed earlier than its time (an owner with a longer lead), or popped with
+                # a crowd for a wake-up no lead moves (a rescue deadline, overlap skip)
+                self.store.reindex(job_id, wake, unled=wake <= until_ms)
                 continue
             try:
-                out = logic.fire_due(state, now_ms, self.policy, self.owned_since_ms)
+                out = logic.fire_due(state, now_ms, policy, self.owned_since_ms)
                 self._check_sizes(out)
-                self._collect(job_id, state, out)
+                self._collect(job_id, state, out, lead_ms=policy.fire_lead_ms)
             except CONTENT_ERRORS as exc:
                 self._undo(job_id)
                 self._fire_failed(job_id, exc, now_ms)
         self._release_held(now_ms)
         return len(due)
+
+    def _crowd_until(self, now_ms: int, rate_per_s: float) -> int:
+        """Fire the jobs waking by this instant now (crowd.py; ``now_ms`` without a crowd)."""
+        cap_ms = self.policy.crowd_lead_max_ms
+        if cap_ms <= 0 or rate_per_s <= 0:
+            return now_ms
+        crowd = self._crowd
+        if (
+            now_ms - self._crowd_at_ms >= CROWD_EVERY_MS
+            or now_ms < self._crowd_at_ms  # the clock stepped back
+            or (crowd.next_ms is not None and crowd.next_ms <= now_ms)
+        ):
+            crowd = self._crowd = self.store.crowd(now_ms, rate_per_s, cap_ms)
+            self._crowd_at_ms = now_ms
+        return max(now_ms, crowd.until_ms)
 
     def _release_held(self, now_ms: int) -> None:
         """Emit the held executions whose fairness keys have credit (results freed it, or
@@ -629,7 +667,14 @@ class PartitionOwner:
         self._input_ends = {}
         return True
 
-    def _collect(self, job_id: str, state: SchedulerState | None, out: logic.Outputs) -> None:
+    def _collect(
+        self,
+        job_id: str,
+        state: SchedulerState | None,
+        out: logic.Outputs,
+        *,
+        lead_ms: int | None = None,
+    ) -> None:
         """Add one input's (or one fire's) effects to the cycle, encoded now: a value the
         schemas cannot hold raises here, for the caller to blame on its input, rather than
         in the transaction, which would fail the same way at every retry."""
@@ -654,7 +699,11 @@ class PartitionOwner:
             self.fairness.follow(job_id, state)
         self.pending.out.extend(out)
         self.pending.messages.extend(messages)
-        self.pending.wait_for(out, self.policy.fire_lead_ms // 2)
+        # requests commit by half the base lead before their due time, earlier by a crowd's
+        # extra lead (``lead_ms``: the lead they were fired with)
+        base_ms = self.policy.fire_lead_ms
+        extra_ms = 0 if lead_ms is None else lead_ms - base_ms
+        self.pending.wait_for(out, base_ms // 2 + extra_ms)
 
     def _refuse_unroutable(self, state: SchedulerState, out: logic.Outputs) -> None:
         """Fail the requests whose queue has no topics (``logic.refuse_unroutable``): a
@@ -699,7 +748,15 @@ class PartitionOwner:
             self.fairness.revert(job_id)
 
     def next_wake_ms(self) -> int | None:
-        return self.store.next_wake_ms()
+        """When the timer must run next: the earliest wake-up, or at once while a crowd's jobs
+        wait to be popped, or when a crowd's next group's turn comes."""
+        wake = self.store.next_wake_ms()
+        crowd = self._crowd
+        if self._crowd_held and wake is not None and wake <= crowd.until_ms:
+            wake = self._crowd_at_ms  # a crowd's jobs the fire limit left for the next cycle
+        if crowd.next_ms is not None and (wake is None or crowd.next_ms < wake):
+            wake = crowd.next_ms
+        return wake
 
     # --- the transaction ------------------------------------------------------------------
 
@@ -862,3 +919,10 @@ class PartitionOwner:
             self.producer.flush(5)
         finally:
             self.store.close()
+
+
+def _led_by(state: SchedulerState, base_ms: int, until_ms: int) -> bool:
+    """Whether a crowd popping the index up to ``until_ms`` fires ``state`` now: a wake-up a
+    lead moves (a retry, the next occurrence) is there by then."""
+    led = logic.led_wake_ms(state, base_ms)
+    return led is not None and led <= until_ms

@@ -78,6 +78,8 @@ class Scheduler:
             rescue_horizon_ms=int(settings.rescue_horizon_s * 1000),
             fairness_inflight=settings.fairness_inflight,
             fire_lead_ms=settings.fire_lead_ms,
+            crowd_rate_per_s=settings.crowd_rate,
+            crowd_lead_max_ms=settings.crowd_lead_max_ms,
         )
         self.rng = random.Random()
         # which queues have topics: a request to a missing one is dead-lettered rather than
@@ -262,9 +264,11 @@ class Scheduler:
         busy = []
         now_s = time.monotonic()
         budget = self.settings.cycle_fire_limit
+        # each partition plans its crowds at its share of the process's crowd rate
+        crowd_rate = self.policy.crowd_rate_per_s / max(1, len(self.owners))
         for owner in self._fire_order():
             if self.firing and budget > 0 and owner.inputs_read(self.consumer, now_ms):
-                fired = owner.fire(now_ms, min(self.settings.fire_limit, budget))
+                fired = owner.fire(now_ms, min(self.settings.fire_limit, budget), crowd_rate)
                 budget -= fired
                 if budget <= 0:  # the next cycle starts after this partition
                     self._fire_next = owner.partition + 1

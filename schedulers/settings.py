@@ -66,6 +66,18 @@ class SchedulerSettings:
     are not led. A cancel, pause or change that reaches the scheduler inside the lead does not
     stop the run already emitted (as one that reaches it after the due time). 0: emit at the
     due time."""
+    crowd_rate: float = 2000.0
+    """The crowd lead (schedulers/crowd.py): the jobs a second this process plans to get out
+    (fired, committed, fetched and claimed by the workers) ahead of their time. Jobs due closer
+    together than that are fired earlier than the fire lead, by the time they take to go out
+    at this rate (a burst of N: N / rate), so they wait at the workers, claimed, when their
+    time comes; a steady load below it gets no extra lead. Each partition plans with its share
+    (this divided by the partitions the process owns)."""
+    crowd_lead_max_ms: int = 10_000
+    """The crowd lead's cap on top of ``fire_lead_ms`` (0: no crowd lead). A cancel, pause or
+    change that reaches the scheduler inside the lead does not stop the run already emitted;
+    the workers hold led requests (within DUETIME_WORKER_MAX_EARLY_WAIT_S, 60 s, and
+    DUETIME_WORKER_HOLD_BUFFER of them)."""
     commit_stall_s: float = 20.0
     """A partition's transaction calls that have not returned after this long are given up:
     the partition starts over with a new producer (fencing the stuck one). Its calls carry 10 s
@@ -170,6 +182,10 @@ class SchedulerSettings:
                 "DUETIME_SCHEDULER_COMMIT_INTERVAL_S", cls.commit_interval_s, 0.0, 10.0
             ),
             fire_lead_ms=env.integer("DUETIME_SCHEDULER_FIRE_LEAD_MS", cls.fire_lead_ms, 0, 60_000),
+            crowd_rate=env.number("DUETIME_SCHEDULER_CROWD_RATE", cls.crowd_rate, 1.0, 1_000_000.0),
+            crowd_lead_max_ms=env.integer(
+                "DUETIME_SCHEDULER_CROWD_LEAD_MAX_MS", cls.crowd_lead_max_ms, 0, 50_000
+            ),
             commit_stall_s=env.number(
                 "DUETIME_SCHEDULER_COMMIT_STALL_S", cls.commit_stall_s, 1.0, 3600.0
             ),

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from duetime.core.records import SchedulerState
 
+from .crowd import Crowd, crowd_lead
+
 HELD_PREFIX = "held/"
 """Changelog keys ``held/<job_id>/<issued_at_ms>/<command_id>`` hold early control commands."""
 
@@ -46,6 +48,15 @@ def decoded_size(value: bytes) -> int:
     twice, as text and in the definition's bytes."""
     return 2048 + 2 * len(value)
 
+
+CROWD_BUCKET_MS = 25
+"""The near-term index counts its jobs per this much wake-up time, for the crowd lead
+(``crowd``): a few hundred counts to walk over a 10 s cap, at most 12,000 kept for a 300 s
+window. A group's wake-up is its bucket's last millisecond, so a crowd is led up to one bucket
+less than exactly (never more)."""
+CROWD_LOOKBACK_MS = 1_000
+"""Jobs overdue by at most this much count for the crowd lead (they go out first); a backlog
+older than that is being fired at full speed anyway."""
 
 READ_CHUNK = 500
 """Job ids per ``SELECT ... IN (...)`` when reading the states of due jobs (SQLite builds
@@ -87,6 +98,11 @@ class StateStore:
         self.window_ms = window_ms
         self._heap: list[tuple[int, str]] = []
         self._near: dict[str, int] = {}
+        self._wake_counts: dict[int, int] = {}
+        """Jobs of ``_near`` per ``CROWD_BUCKET_MS`` of wake-up time (wake // bucket → jobs)."""
+        self._unled: set[str] = set()
+        """Jobs of ``_near`` whose wake-up no lead moves (a rescue deadline, an occurrence that
+        overlap ``skip`` judges at its time): a crowd does not pop them before it."""
         self._loaded_until_ms = -1
         self._in_txn = False
         self._held_jobs: set[str] = set()
@@ -140,6 +156,8 @@ class StateStore:
             self._in_txn = False
         self._heap.clear()
         self._near.clear()
+        self._wake_counts.clear()
+        self._unled.clear()
         self._forget_decoded()
         self._fetched.clear()
         until, self._loaded_until_ms = self._loaded_until_ms, -1
@@ -275,17 +293,39 @@ class StateStore:
 
     # --- the due-time index ---------------------------------------------------------------
 
-    def reindex(self, job_id: str, wake_at_ms: int) -> None:
-        """Put a job popped before its time back in the in-memory index."""
+    def reindex(self, job_id: str, wake_at_ms: int, *, unled: bool = False) -> None:
+        """Put a job popped before its time back in the in-memory index; ``unled``: no lead
+        moves that wake-up (a crowd popped it): no crowd pops it again before its time."""
         self._index(job_id, wake_at_ms)
+        if unled:
+            self._unled.add(job_id)
 
     def _index(self, job_id: str, wake_at_ms: int | None) -> None:
         if wake_at_ms is not None and wake_at_ms <= self._loaded_until_ms:
             if self._near.get(job_id) != wake_at_ms:
-                self._near[job_id] = wake_at_ms
-                heapq.heappush(self._heap, (wake_at_ms, job_id))
+                self._set_near(job_id, wake_at_ms)
         else:
-            self._near.pop(job_id, None)
+            self._drop_near(job_id)
+
+    def _set_near(self, job_id: str, wake_at_ms: int) -> None:
+        self._drop_near(job_id)
+        self._near[job_id] = wake_at_ms
+        bucket = wake_at_ms // CROWD_BUCKET_MS
+        self._wake_counts[bucket] = self._wake_counts.get(bucket, 0) + 1
+        heapq.heappush(self._heap, (wake_at_ms, job_id))
+
+    def _drop_near(self, job_id: str) -> None:
+        """Out of the index (its heap entry goes stale: skipped when met)."""
+        wake = self._near.pop(job_id, None)
+        if wake is not None:
+            if self._unled:
+                self._unled.discard(job_id)
+            bucket = wake // CROWD_BUCKET_MS
+            left = self._wake_counts[bucket] - 1
+            if left:
+                self._wake_counts[bucket] = left
+            else:
+                del self._wake_counts[bucket]
 
     def _load(self, after_ms: int, until_ms: int) -> None:
         self.flush()
@@ -293,8 +333,7 @@ class StateStore:
             "SELECT job_id, wake_at_ms FROM state WHERE wake_at_ms > ? AND wake_at_ms <= ?",
             (after_ms, until_ms),
         ):
-            self._near[job_id] = wake
-            heapq.heappush(self._heap, (wake, job_id))
+            self._set_near(job_id, wake)
         self._loaded_until_ms = max(self._loaded_until_ms, until_ms)
 
     def advance(self, now_ms: int) -> None:
@@ -311,14 +350,39 @@ class StateStore:
             heapq.heappop(self._heap)
         return None
 
-    def pop_due(self, now_ms: int, limit: int) -> list[str]:
-        """Job ids whose wake-up time has come (removed from the in-memory index)."""
+    def crowd(self, now_ms: int, rate_per_s: float, cap_ms: int) -> Crowd:
+        """The crowd lead over the index's counts (crowd.py): which wake-ups to fire now."""
+        counts = self._wake_counts
+        if not counts:
+            return Crowd(now_ms, None)
+        width = CROWD_BUCKET_MS
+        first = (now_ms - CROWD_LOOKBACK_MS) // width
+        last = (now_ms + cap_ms) // width
+        groups = (
+            (bucket * width + width - 1, jobs)
+            for bucket in range(first, last + 1)
+            if (jobs := counts.get(bucket))
+        )
+        return crowd_lead(groups, now_ms, rate_per_s, cap_ms, total=len(self._near))
+
+    def pop_due(self, now_ms: int, limit: int, until_ms: int | None = None) -> list[str]:
+        """Job ids whose wake-up time has come (removed from the in-memory index), earliest
+        first; with ``until_ms`` (a crowd's, past ``now_ms``) those waking by then too, but
+        the ``unled`` ones only at their time."""
         due: list[str] = []
-        while self._heap and self._heap[0][0] <= now_ms and len(due) < limit:
+        until = now_ms if until_ms is None else max(now_ms, until_ms)
+        unled: list[tuple[int, str]] = []
+        while self._heap and self._heap[0][0] <= until and len(due) < limit:
             wake, job_id = heapq.heappop(self._heap)
-            if self._near.get(job_id) == wake:
-                del self._near[job_id]
-                due.append(job_id)
+            if self._near.get(job_id) != wake:
+                continue  # stale
+            if wake > now_ms and job_id in self._unled:
+                unled.append((wake, job_id))
+                continue
+            self._drop_near(job_id)
+            due.append(job_id)
+        for entry in unled:
+            heapq.heappush(self._heap, entry)
         self._fetch([job_id for job_id in due if job_id not in self._decoded])
         return due
 

@@ -106,29 +106,23 @@ def test_one_time_job_fires_once_on_time(
     assert request["_topic"].endswith("exec.normal")
 
 
-def test_a_burst_is_fired_in_slices_of_the_cycle_limit_each_job_once(
-    settings: CommonSettings, client: JobClient, executions: TopicReader
-) -> None:
-    # a cycle's requests are visible only once it commits: a burst is fired and committed in
-    # slices of DUETIME_SCHEDULER_CYCLE_FIRE_LIMIT, so workers start on the first slice early
-    limit, n = 7, 40
-    running = Running(
-        SchedulerSettings(
-            common=settings,
-            misfire_threshold_s=1.0,
-            cycle_fire_limit=limit,
-            # no lead: each slice commits in its own cycle, so no two cycles share a
-            # millisecond (the emission instant this test tells the slices by)
-            fire_lead_ms=0,
-        )
-    )
+def fire_at_once(
+    scheduler: SchedulerSettings,
+    client: JobClient,
+    executions: TopicReader,
+    n: int,
+    ahead_s: float,
+) -> tuple[list[dict[str, Any]], int]:
+    """``n`` one-time jobs due at one instant ``ahead_s`` from now, fired by a scheduler of
+    these settings: (their execution requests, the instant); each job fired once."""
+    running = Running(scheduler)
     try:
         wait_for(
-            lambda: running.owned() == settings.partitions,
+            lambda: running.owned() == scheduler.common.partitions,
             30,
             "the scheduler to own all partitions",
         )
-        at = datetime.now(UTC) + timedelta(seconds=3)
+        at = datetime.now(UTC) + timedelta(seconds=ahead_s)
         jobs = client.create_jobs(
             [{"name": f"burst-{i}", "schedule": {"at": iso(at)}, "target": HTTP_TARGET}
              for i in range(n)]
@@ -141,11 +135,50 @@ def test_a_burst_is_fired_in_slices_of_the_cycle_limit_each_job_once(
         wait_for(lambda: len(burst()) >= n, 30, f"the {n} jobs due at once to fire")
         got = burst()
         assert Counter(r["job_id"] for r in got) == Counter(ids)  # each once
-        # one emission instant per cycle: at most `limit` requests share one
-        emitted = Counter(r["emitted_at_ms"] for r in got)
-        assert max(emitted.values()) <= limit and len(emitted) >= -(-n // limit)
+        return got, int(at.timestamp() * 1000)
     finally:
         running.stop()
+
+
+def test_a_burst_is_fired_in_slices_of_the_cycle_limit_each_job_once(
+    settings: CommonSettings, client: JobClient, executions: TopicReader
+) -> None:
+    # a cycle's requests are visible only once it commits: a burst is fired and committed in
+    # slices of DUETIME_SCHEDULER_CYCLE_FIRE_LIMIT, so workers start on the first slice early
+    limit, n = 7, 40
+    scheduler = SchedulerSettings(
+        common=settings,
+        misfire_threshold_s=1.0,
+        cycle_fire_limit=limit,
+        # no lead: each slice commits in its own cycle, so no two cycles share a
+        # millisecond (the emission instant this test tells the slices by)
+        fire_lead_ms=0,
+    )
+    got, _ = fire_at_once(scheduler, client, executions, n, 3.0)
+    # one emission instant per cycle: at most `limit` requests share one
+    emitted = Counter(r["emitted_at_ms"] for r in got)
+    assert max(emitted.values()) <= limit and len(emitted) >= -(-n // limit)
+
+
+def test_a_crowd_is_emitted_ahead_by_the_time_it_takes_each_job_once(
+    settings: CommonSettings, client: JobClient, executions: TopicReader
+) -> None:
+    """The crowd lead: 300 jobs due at one instant, planned at 60 jobs/s (~100 a partition at
+    20/s each), go out ~5 s before their wake-up, never more than the cap ahead; each once,
+    carrying its due time (the workers hold it)."""
+    lead_ms, cap_ms, rate, n = 200, 6_000, 60.0, 300
+    scheduler = SchedulerSettings(
+        common=settings, fire_lead_ms=lead_ms, crowd_rate=rate, crowd_lead_max_ms=cap_ms
+    )
+    got, at_ms = fire_at_once(scheduler, client, executions, n, 9.0)
+    assert {r["scheduled_at_ms"] for r in got} == {at_ms}
+    per_partition = Counter(r["_partition"] for r in got)
+    for r in got:
+        # (jobs of its partition − 1) / its share of the rate, less a 25 ms bucket
+        ahead_ms = (per_partition[r["_partition"]] - 1) * 1000 / (rate / settings.partitions)
+        extra_ms = min(cap_ms, ahead_ms) - 25
+        assert r["emitted_at_ms"] <= at_ms - lead_ms - extra_ms + 100  # a cycle's slack
+        assert r["emitted_at_ms"] >= at_ms - lead_ms - cap_ms
 
 
 def test_past_one_time_job_runs_now_and_recreate_is_idempotent(

@@ -4,11 +4,14 @@ result, never more than the limit."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duetime.core.models import Status
 from duetime.core.records import JobDefinition, SchedulerState
+from duetime.schedulers import store as store_module
 from duetime.schedulers.store import StateStore, decoded_size
 from duetime.schemas.codec import Codec
 
@@ -182,3 +185,58 @@ def test_large_states_are_kept_within_the_memory_bound() -> None:
         store.put(job, 1_000, big, _state())
     assert list(store._decoded) == JOBS[-2:]  # the oldest went
     assert store._decoded_used == 2 * decoded_size(big)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([*JOBS, "e", "f", "g"]), st.none() | st.integers(0, 20_000)),
+        max_size=40,
+    ),
+    st.integers(0, 5_000),
+    st.booleans(),
+)
+def test_the_crowd_counts_follow_the_index(
+    puts: list[tuple[str, int | None]], pop_at_ms: int, roll_back: bool
+) -> None:
+    """The wake-up counts the crowd lead walks (``StateStore.crowd``) always hold the jobs of
+    the in-memory index, through puts, pops and a rollback; a crowd pops the jobs waking by
+    its instant, but a job put back ``unled`` only at its own time."""
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    for job_id, wake in puts:
+        store.put(job_id, wake, b"x")
+    store.commit()
+    popped = store.pop_due(pop_at_ms, 1_000)
+    if roll_back:
+        store.begin()
+        store.rollback()
+        popped = []
+    expected: dict[str, int] = {}
+    for job_id, wake in puts:
+        expected.pop(job_id, None)
+        if wake is not None and wake <= store._loaded_until_ms:
+            expected[job_id] = wake
+    for job_id in popped:
+        del expected[job_id]
+    counts = Counter(wake // store_module.CROWD_BUCKET_MS for wake in expected.values())
+    assert store._near == expected
+    assert store._wake_counts == dict(counts)
+
+
+def test_a_crowd_pops_early_but_not_what_no_lead_moves() -> None:
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    for i in range(100):
+        store.put(f"j{i}", 1_000, b"x")
+    store.put("deadline", 1_000, b"x")
+    store.put("later", 5_000, b"x")
+    store.commit()
+    crowd = store.crowd(0, 50.0, 3_000)  # 101 jobs at 50/s: ~2 s before their wake-up
+    assert 1_000 <= crowd.until_ms < 5_000
+    due = store.pop_due(0, 1_000, crowd.until_ms)
+    assert sorted(due) == sorted([*(f"j{i}" for i in range(100)), "deadline"])
+    store.reindex("deadline", 1_000, unled=True)  # e.g. a rescue deadline: not led
+    assert store.pop_due(10, 1_000, crowd.until_ms) == []
+    assert store.pop_due(1_000, 1_000) == ["deadline"]
+    assert store.crowd(0, 1_000_000.0, 3_000).until_ms == 0  # one left, fast: no crowd
