@@ -12,6 +12,7 @@ moves only the partitions that change owner, and the others keep firing througho
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import signal
@@ -96,7 +97,9 @@ class Scheduler:
         # consumer joins the group only when run() subscribes it
         self.consumer: Consumer = self._group_consumer()
         self._restore_consumer: Consumer = self._restore_reader()
-        self.restores = Restores(self._build, self._restore_reader)
+        self.restores = Restores(
+            self._build, self._ready_restore_reader, ready=self.common.partitions
+        )
         """Partitions assigned here, being fenced and restored off the loop (restores.py)."""
         self._fences = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fence")
         """The new producers' ``init_transactions``, beside their partitions' restores."""
@@ -142,8 +145,19 @@ class Scheduler:
                 # up to 8 restores read at once (restores.py): 16 MB read ahead each (default
                 # 64 MB) is still two of restore's 5,000-record batches of ~1.5 KB states
                 "queued.max.messages.kbytes": 16384,
+                # once that much is queued, librdkafka waits this long before fetching again
+                # (default 1,000 ms): a restore that read its batch found the queue empty and
+                # waited 0.5-0.7 s for the next fetch, twice a 30,000-state partition
+                "fetch.queue.backoff.ms": 10,
             },
         )
+
+    def _ready_restore_reader(self) -> Consumer:
+        """A restore reader connected to the broker, the state topic's leader known."""
+        reader = self._restore_reader()
+        with contextlib.suppress(KafkaException):  # the restore's own calls wait and retry
+            reader.list_topics(self.topics.state, timeout=5)
+        return reader
 
     def _group_consumer(self) -> Consumer:
         # KIP-848: incremental rebalances (a member joining or leaving moves only the

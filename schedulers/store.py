@@ -58,6 +58,14 @@ CROWD_LOOKBACK_MS = 1_000
 """Jobs overdue by at most this much count for the crowd lead (they go out first); a backlog
 older than that is being fired at full speed anyway."""
 
+WAKE_INDEX = "CREATE INDEX IF NOT EXISTS state_wake ON state (wake_at_ms)"
+"""The wake-up index (``bulk_load`` drops it while it loads, and builds it again after)."""
+
+LOAD_CHUNK = 20_000
+"""Jobs whose latest restored state ``bulk_load`` keeps in memory before writing them: ~30 MB
+of states of ~1.4 KB (the failover benchmark's), ~5 MB of small ones (the 1 M-job memory
+benchmark's), for the length of a restore."""
+
 READ_CHUNK = 500
 """Job ids per ``SELECT ... IN (...)`` when reading the states of due jobs (SQLite builds
 before 3.32 allow at most 999 parameters a statement)."""
@@ -89,7 +97,7 @@ class StateStore:
         self._db.execute(
             "CREATE TABLE state (job_id TEXT PRIMARY KEY, wake_at_ms INTEGER, value BLOB)"
         )
-        self._db.execute("CREATE INDEX state_wake ON state (wake_at_ms)")
+        self._db.execute(WAKE_INDEX)
         # control commands that arrived before their job's definition (see partition.py)
         self._db.execute(
             "CREATE TABLE held (key TEXT PRIMARY KEY, job_id TEXT, value BLOB) WITHOUT ROWID"
@@ -255,32 +263,50 @@ class StateStore:
             self._held_jobs.add(job_id)
 
     def bulk_load(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
-        """Restore: (job_id, wake, value) in changelog order; a None value deletes."""
-        n = 0
+        """Restore: (job_id, wake, value) in changelog order; a None value deletes. Returns
+        the records read.
+
+        Only each job's latest record is written: a changelog not compacted yet holds ~3
+        records a job (bench/README.md, "Scheduler hand-over"), and the inserts and their
+        indexes were most of a restore's CPU. The latest ones are gathered in memory, up to
+        ``LOAD_CHUNK`` jobs at a time, and written sorted by job id (the key's index is then
+        appended to, not split); the wake-up index is built once, after the load."""
         self.flush()
         self._forget_decoded()  # the changelog's values replace whatever was kept
         self._fetched.clear()
         self.begin()
-        puts: list[tuple[str, int | None, bytes]] = []
-        for job_id, wake, value in rows:
-            n += 1
-            if job_id.startswith(HELD_PREFIX):
-                self.hold(job_id, job_id.split("/")[1], value)
-                continue
-            if value is None:
-                if puts:
-                    self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)
-                    puts.clear()
-                self._db.execute("DELETE FROM state WHERE job_id = ?", (job_id,))
-            else:
-                puts.append((job_id, wake, value))
-                if len(puts) >= 5000:
-                    self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)
-                    puts.clear()
-        if puts:
-            self._db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?, ?)", puts)
+        self._db.execute("DROP INDEX IF EXISTS state_wake")
+        n = 0
+        latest: dict[str, tuple[int | None, bytes | None]] = {}
+        try:
+            for job_id, wake, value in rows:
+                n += 1
+                if job_id.startswith(HELD_PREFIX):
+                    self.hold(job_id, job_id.split("/")[1], value)
+                    continue
+                latest[job_id] = (wake, value)
+                if len(latest) >= LOAD_CHUNK:
+                    self._write_latest(latest)
+            self._write_latest(latest)
+        finally:
+            self._db.execute(WAKE_INDEX)
         self.commit()
         return n
+
+    def _write_latest(self, latest: dict[str, tuple[int | None, bytes | None]]) -> None:
+        """Write (or delete) each job's latest restored state, and forget them."""
+        gone = [(job_id,) for job_id, (_, value) in latest.items() if value is None]
+        if gone:
+            self._db.executemany("DELETE FROM state WHERE job_id = ?", gone)
+        self._db.executemany(
+            "INSERT OR REPLACE INTO state VALUES (?, ?, ?)",
+            sorted(
+                (job_id, wake, value)
+                for job_id, (wake, value) in latest.items()
+                if value is not None
+            ),
+        )
+        latest.clear()
 
     def pending(self) -> int:
         """Jobs with a wake-up time (scheduled runs or retries)."""

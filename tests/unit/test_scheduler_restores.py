@@ -110,3 +110,18 @@ def test_close_waits_for_running_restores_and_closes_them() -> None:
     threading.Timer(0.2, builds.gates[7].set).start()
     restores.close()
     assert builds.owners[7].closed and all(r.closed for r in builds.readers)
+
+
+def test_readers_made_ahead_serve_the_restores_and_are_closed() -> None:
+    builds = Builds()
+    restores = Restores(builds.build, builds.reader, ready=2)
+    try:
+        wait_for(lambda: len(builds.readers) == 2, 10, "two readers made ahead")
+        restores.start(1)
+        restores.start(2)
+        collect(restores, 2)
+        assert len(builds.readers) == 2  # none made at the restores
+        assert {id(r) for r in builds.used} <= {id(r) for r in builds.readers}
+    finally:
+        restores.close()
+    assert all(r.closed for r in builds.readers)

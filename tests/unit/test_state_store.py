@@ -5,6 +5,7 @@ result, never more than the limit."""
 from __future__ import annotations
 
 from collections import Counter
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -240,3 +241,51 @@ def test_a_crowd_pops_early_but_not_what_no_lead_moves() -> None:
     assert store.pop_due(10, 1_000, crowd.until_ms) == []
     assert store.pop_due(1_000, 1_000) == ["deadline"]
     assert store.crowd(0, 1_000_000.0, 3_000).until_ms == 0  # one left, fast: no crowd
+
+
+_restored = st.lists(
+    st.tuples(
+        st.sampled_from([*JOBS, "held/a/1/x", "held/b/2/y"]),
+        st.one_of(st.none(), st.integers(-5_000, 20_000)),
+        st.one_of(st.none(), st.binary(min_size=1, max_size=4)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=_restored, rows=_restored, chunk=st.integers(1, 5))
+def test_a_restore_keeps_each_jobs_latest_record(
+    before: list[tuple[str, int | None, bytes | None]],
+    rows: list[tuple[str, int | None, bytes | None]],
+    chunk: int,
+) -> None:
+    # bulk_load writes only each job's latest record (in chunks of LOAD_CHUNK jobs) and builds
+    # the wake-up index after: the store ends as if every record had been applied in turn
+    store = StateStore(None, WINDOW_MS)
+    with patch.object(store_module, "LOAD_CHUNK", chunk):
+        assert store.bulk_load(before) == len(before)
+        assert store.bulk_load(rows) == len(rows)
+    model: dict[str, tuple[int | None, bytes]] = {}
+    held: dict[str, set[str]] = {}
+    for key, wake, value in [*before, *rows]:
+        if key.startswith(store_module.HELD_PREFIX):
+            job = key.split("/")[1]
+            if value is None:
+                held.get(job, set()).discard(key)
+            else:
+                held.setdefault(job, set()).add(key)
+        elif value is None:
+            model.pop(key, None)
+        else:
+            model[key] = (wake, value)
+    for job in JOBS:
+        assert store.get(job) == (model[job][1] if job in model else None)
+        assert [k for k, _ in store.held_for(job)] == sorted(held.get(job, set()))
+    assert store.pending() == sum(1 for wake, _ in model.values() if wake is not None)
+    store.advance(0)
+    near = [w for w, _ in model.values() if w is not None and w <= WINDOW_MS]
+    assert store.next_wake_ms() == (min(near) if near else None)
+    assert sorted(store.pop_due(WINDOW_MS, limit=100)) == sorted(
+        j for j, (w, _) in model.items() if w is not None and w <= WINDOW_MS
+    )
