@@ -68,6 +68,7 @@ from .targets import Targets
 log = logging.getLogger("duetime.worker")
 
 _HOUSEKEEPING_S = 0.05
+_SAME_INSTANT_S = 0.001  # the clock's resolution: waits ending this close start together
 _LAG_EVERY_S = 5.0
 _PURGE_EVERY_S = 600.0
 _RESUME_BELOW = 0.8  # resume paused topics below this share of the buffer (hysteresis)
@@ -622,9 +623,20 @@ class Worker:
         self._arm_wait_timer()
 
     def _requeue_due_lease_waits(self) -> None:
+        """Put the waits that are over back at the head of their queues, with those ending
+        within the next millisecond whose request is due by the clock: a wait's end is
+        reckoned from the clock's whole milliseconds, so requests due at one instant end their
+        waits up to a millisecond apart, and they start in one round instead of one each."""
         now = time.monotonic()
+        now_ms: int | None = None
         waits = self.state.lease_waits
-        while waits and waits[0][0] <= now:
+        while waits and waits[0][0] <= now + _SAME_INSTANT_S:
+            if waits[0][0] > now:
+                item = self.state.items.get(waits[0][2])
+                if now_ms is None:
+                    now_ms = self.clock.now_ms()
+                if item is not None and gate.early_ms(item.request, now_ms) > 0:
+                    break  # not due yet by the clock: its own timer brings it back
             _, _, key = heapq.heappop(waits)
             self._unhold(key)
             item = self.state.items.get(key)

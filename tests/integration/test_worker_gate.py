@@ -269,3 +269,44 @@ def test_one_timer_waits_for_the_held_requests(worker: RunningWorker) -> None:
             del w._start_ready
 
     assert asyncio.run_coroutine_threadsafe(round_that_holds_another(), worker.loop).result(10) == 1
+
+
+def test_held_requests_due_at_one_instant_start_in_one_round(
+    settings: CommonSettings, requests: Requests, results: TopicReader
+) -> None:
+    """Requests due at one instant, held for it, start together in one round of the timer
+    (their waits, reckoned from whole milliseconds, end up to a millisecond apart), and none
+    before its due time."""
+    running = start_worker(settings, concurrency=20, buffer=50, max_early_wait_s=5.0)
+    w = running.worker
+    rounds: list[int] = [0]
+    started_in: dict[str, int] = {}
+    wait_over, start = w._wait_over, w.executor.start
+
+    def counted_wait_over() -> None:
+        rounds[0] += 1
+        wait_over()
+
+    def noted_start(item: Any) -> None:
+        started_in[item.execution_id] = rounds[0]
+        start(item)
+
+    async def install() -> None:  # on the worker's loop, before anything is held
+        w._wait_over = counted_wait_over  # type: ignore[method-assign]
+        w.executor.start = noted_start  # type: ignore[method-assign]
+
+    asyncio.run_coroutine_threadsafe(install(), running.loop).result(10)
+    try:
+        due_at_ms = now_ms() + 2_500
+        sent = []
+        for _ in range(5):  # held at moments apart: their waits end apart, within a ms
+            sent.append(requests.send(due_at_ms=due_at_ms))
+            time.sleep(0.1)
+        for record in sent:
+            [ran] = final(results, record["job_id"])
+            assert ran["status"] == "success", ran
+            assert support.STARTED[record["execution_id"]] * 1000 >= due_at_ms
+        assert now_ms() >= due_at_ms
+        assert len({started_in[r["execution_id"]] for r in sent}) == 1, started_in
+    finally:
+        running.stop()
