@@ -104,9 +104,14 @@ def tuning() -> dict[str, Any]:
     from duetime.schedulers.settings import SchedulerSettings
 
     lead = os.environ.get("DUETIME_SCHEDULER_FIRE_LEAD_MS")
+    rate = os.environ.get("DUETIME_SCHEDULER_CROWD_RATE")
+    cap = os.environ.get("DUETIME_SCHEDULER_CROWD_LEAD_MAX_MS")
     return {
         # runs are emitted this long before their due time (emit lateness is then negative)
         "scheduler_fire_lead_ms": int(lead) if lead else SchedulerSettings.fire_lead_ms,
+        # ...and a burst earlier still, by the time it takes at this rate, up to the cap
+        "scheduler_crowd_rate": float(rate) if rate else SchedulerSettings.crowd_rate,
+        "scheduler_crowd_lead_max_ms": int(cap) if cap else SchedulerSettings.crowd_lead_max_ms,
     }
 
 

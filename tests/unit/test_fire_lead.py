@@ -142,3 +142,44 @@ def test_a_retry_is_emitted_its_lead_ahead_and_carries_its_due_time() -> None:
     assert new.inflight[0].deadline_ms == due + policy.rescue_window_ms(new.definition)
     # a rescue deadline is not led: the job wakes at it, not the lead before it
     assert logic.wake_at_ms(new, lead_ms) == new.inflight[0].deadline_ms
+
+
+@settings(max_examples=100)
+@given(
+    overlap=st.sampled_from(["allow", "skip", "queue_one"]),
+    lead_ms=st.integers(min_value=0, max_value=2_000),
+    extra_ms=st.integers(min_value=1, max_value=5_000),
+    steps=st.lists(st.integers(min_value=1, max_value=3_000), min_size=1, max_size=12),
+)
+def test_a_crowds_extra_lead_moves_runs_only(
+    overlap: str, lead_ms: int, extra_ms: int, steps: list[int]
+) -> None:
+    """The crowd lead as the partition applies it: a job popped ``extra_ms`` before its
+    wake-up fires only when a lead moves that wake-up (``led_wake_ms``), with the larger
+    lead; each occurrence once, never further ahead than lead + extra, a rescue deadline
+    never early and an occurrence that overlap skip / queue_one judges never before its time."""
+    state = every_second(overlap)
+    base = logic.Policy(fire_lead_ms=lead_ms)
+    crowd = logic.Policy(fire_lead_ms=lead_ms + extra_ms)
+    now = NOW
+    emitted: list[ExecutionRequest] = []
+    for step in steps:
+        now += step
+        for _ in range(1_000):
+            wake = logic.wake_at_ms(state, lead_ms)
+            led = logic.led_wake_ms(state, lead_ms)
+            if wake is None or (wake > now and (led is None or led > now + extra_ms)):
+                break
+            before = [(e.execution_id, e.deadline_ms, e.rescues) for e in state.inflight]
+            out = logic.fire_due(state, now, crowd if wake > now else base)
+            assert out.state_changed, "woken for nothing: the timer would spin"
+            assert not out.rescues or wake <= now  # a deadline is never led
+            for request in out.executions:
+                assert request.emitted_at_ms >= request.due_at_ms - lead_ms - extra_ms
+                if overlap != "allow" and len(before) > 0:
+                    assert request.due_at_ms <= now  # judged at its time
+            emitted += out.executions
+        else:
+            raise AssertionError("the timer never caught up")
+    scheduled = [r.scheduled_at_ms for r in emitted if r.trigger is Trigger.SCHEDULE]
+    assert len(scheduled) == len(set(scheduled))
