@@ -167,6 +167,7 @@ class Executor:
         self._stopping = False
         # labelled children resolved once: labels() costs more than the observation itself
         self._children: dict[tuple[int, str, Priority], Any] = {}
+        self._finished_children: dict[tuple[str, Priority, ResultStatus, str], Any] = {}
 
     def _child(self, metric: Any, item: Item) -> Any:
         """``metric``'s child for the item's queue and priority, resolved once (labels()
@@ -176,6 +177,20 @@ class Executor:
         if child is None:
             child = self._children[key] = metric.labels(
                 queue=item.queue, priority=item.priority.value
+            )
+        return child
+
+    def _finished_child(self, item: Item, outcome: Outcome) -> Any:
+        """``FINISHED``'s child for the item's queue and priority and the outcome's status and
+        reason (our own few values), resolved once."""
+        key = (item.queue, item.priority, outcome.status, outcome.reason)
+        child = self._finished_children.get(key)
+        if child is None:
+            child = self._finished_children[key] = metrics.FINISHED.labels(
+                queue=item.queue,
+                priority=item.priority.value,
+                status=outcome.status.value,
+                reason=outcome.reason,
             )
         return child
 
@@ -480,12 +495,7 @@ class Executor:
             return
         delivered = await self._publish(item, value)
         if delivered:
-            metrics.FINISHED.labels(
-                queue=item.queue,
-                priority=item.priority.value,
-                status=outcome.status.value,
-                reason=outcome.reason,
-            ).inc()
+            self._finished_child(item, outcome).inc()
             if outcome.error is None:
                 log.debug("attempt succeeded", extra=item.fields())
             else:  # expected failures: info, no traceback (the error is in the result)

@@ -130,6 +130,7 @@ class Worker:
         self._stopping = False
         self._started = False
         self._seq = 0
+        self._reserved_critical = settings.reserved_critical  # computed, not a field: once
         self._claim_ahead_s = settings.lease_ttl_s / 4
         """A request held for the scheduler's fire lead, at most this early, claims its lease
         at once (``Executor.claim_ahead``): it starts well inside the claim's TTL."""
@@ -448,7 +449,7 @@ class Worker:
                 st.queues,
                 st.running,
                 s.concurrency,
-                s.reserved_critical,
+                self._reserved_critical,
                 s.aging_s,
                 time.monotonic(),
             )
