@@ -57,7 +57,8 @@ class WorkerSettings:
     hold_buffer: int = 20_000
     """Fetched executions held until their due time (the scheduler's fire lead and crowd
     lead), at most (the partitions pause beyond it). They cost no slot and no CPU while they
-    wait: a burst fired seconds ahead waits here, claimed, and starts at its time. ~2 KB each."""
+    wait: a burst fired seconds ahead waits here, claimed, and starts at its time. ~3 KB each
+    (2.6 KB decoded, by tracemalloc, and the Kafka message): 60 MB at the default."""
     lease_ttl_s: float = 10.0
     """A lease not renewed for this long may be claimed by another worker."""
     shutdown_s: float = 30.0
