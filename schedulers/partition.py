@@ -257,6 +257,8 @@ class PartitionOwner:
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
         self._input_ends: dict[str, int] | None = None
         """Input offsets to read before firing (None: not looked up yet; empty: read)."""
+        self._input_highs: dict[str, int] = {}
+        """Each input's high watermark, looked up once the previous owner was fenced."""
         self._crowd = Crowd(-1, None)
         """The crowd lead as last worked out (``_crowd_until``), at ``_crowd_at_ms``."""
         self._crowd_at_ms = -(2**62)
@@ -636,23 +638,38 @@ class PartitionOwner:
         )
         return logic.quarantine(state, reason, now_ms)
 
+    def find_input_highs(self, reader: Consumer) -> None:
+        """Look up each input's high watermark for ``inputs_read`` with ``reader``, a restore
+        thread's: the loop's first cycle with this owner then makes one broker round trip
+        (the committed offsets) instead of four, one after another. The group consumer's
+        ``committed`` stays on the loop: called from the restore threads while the group
+        consumer was being assigned, the first scheduler of test_scheduler_catch_up never
+        owned its partitions."""
+        self._input_highs = {
+            t: watermarks(reader, t, self.partition)[1] for t in self.topics.scheduler_inputs
+        }
+
     def inputs_read(self, consumer: Consumer, now_ms: int) -> bool:
         """Whether this new owner has read the inputs that were waiting for it.
 
         Until it has, it fires nothing: results of runs that ended while nobody owned the
         partition (a run still "live" in the restored state makes overlap=skip drop the job's
         misfire catch-up), commands and definition updates would otherwise be judged after
-        the fires they should decide. The end is each input's high watermark when the owner
-        first asks (past the committed offset: else nothing waits); the wait is bounded by
+        the fires they should decide. The end is each input's high watermark once the
+        previous owner was fenced (``find_input_highs``), or when the owner first asks (past
+        the committed offset: else nothing waits); the wait is bounded by
         ``CATCH_UP_LIMIT_MS`` so a huge backlog delays firing, never stops it.
         """
         if self._input_ends is None:
             inputs = [TopicPartition(t, self.partition) for t in self.topics.scheduler_inputs]
             ends: dict[str, int] = {}
             for tp in consumer.committed(inputs, timeout=10):
-                high = watermarks(self._restore_consumer, tp.topic or "", self.partition)[1]
+                topic = tp.topic or ""
+                high = self._input_highs.get(topic)
+                if high is None:  # not looked up by a restore thread
+                    high = watermarks(self._restore_consumer, topic, self.partition)[1]
                 if high > max(tp.offset, 0):
-                    ends[tp.topic or ""] = high
+                    ends[topic] = high
             self._input_ends = ends
         if self._input_ends and now_ms - self.owned_since_ms < CATCH_UP_LIMIT_MS:
             waiting = [TopicPartition(t, self.partition) for t in self._input_ends]

@@ -578,13 +578,15 @@ class Scheduler:
         thread's own) meanwhile. Fencing waits for the broker (~0.1 s; seconds when the
         coordinator must first abort a dead owner's open transaction, under load), and the
         changelog as it stands needs no fence to be read: only its end is read after it
-        (``PartitionOwner.restore``)."""
+        (``PartitionOwner.restore``). Then it looks up the ends of the partition's inputs
+        (``PartitionOwner.find_input_highs``), off the loop too."""
         started = time.monotonic()
         producer = self._new_producer(p)
         fencing = self._fences.submit(_fence, producer, started)
         owner = self._new_owner(p, producer)
         try:
             n, seconds = owner.restore(reader, fenced=fencing.result)
+            owner.find_input_highs(reader)
         except BaseException:
             wait([fencing])  # never close a producer while its init_transactions runs
             owner.close()
