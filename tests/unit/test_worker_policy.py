@@ -432,3 +432,25 @@ def test_a_module_that_exits_on_import_fails_the_resolution_not_the_process() ->
     registry = TaskRegistry(allowed_modules=("tests",))
     with pytest.raises(UnknownTarget, match="SystemExit"):
         registry.resolve("tests.integration.worker_exits_on_import:run")
+
+
+@given(
+    st.lists(st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)), min_size=1, max_size=40),
+    st.sampled_from([NOTHING, EVERYTHING, EgressPolicy(loopback=True)]),
+)
+def test_a_remembered_literal_hosts_answer_is_the_policys_own(
+    ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address], policy: EgressPolicy
+) -> None:
+    """The caller keeps the policy's answer per IP-literal host (bounded): asked again, or
+    once its memory was cleared, it answers what the policy answers; a name is not judged
+    there (the resolver does)."""
+    from typing import Any, cast
+
+    from duetime.consumers.worker import http_target
+
+    caller = http_target.HttpCaller(cast(Any, None), policy, {})
+    hosts = [str(ip) if ip.version == 4 else f"[{ip}]" for ip in ips] * 2 + ["example.com"]
+    for host in hosts:
+        ip = parse_ip(host)
+        assert caller._literal_rule(host) == (None if ip is None else policy.refusal(ip))
+    assert len(caller._literal_rules) <= http_target._REMEMBERED_HOSTS
