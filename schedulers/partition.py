@@ -326,7 +326,7 @@ class PartitionOwner:
             if end > max(high, low):
                 yield from read_to(end, any_eof=False)
 
-        n = self.store.bulk_load(rows())
+        n = self.store.bulk_load(rows(), now_ms=self.clock.now_ms())
         self.fairness = FairnessGate(self.policy.fairness_inflight)
         self.fairness.load(shares)
         metrics.FAIRNESS_HELD.labels(partition=self.partition).set(self.fairness.held)
