@@ -28,7 +28,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -164,6 +164,9 @@ class Executor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = 0
         self._held: dict[str, Item] = {}
+        self._ahead: dict[str, Item] = {}
+        """Requests waiting for their due time with a lease claimed ahead: renewed with the
+        held ones, so a wait longer than the TTL (a crowd fired seconds ahead) keeps its lease."""
         self._stopping = False
         # labelled children resolved once: labels() costs more than the observation itself
         self._children: dict[tuple[int, str, Priority], Any] = {}
@@ -208,13 +211,19 @@ class Executor:
         taken at the start), nor twice."""
         if item.limits is None and item.ahead is None:
             item.ahead = asyncio.ensure_future(self._claim(item))
+            self._ahead[item.execution_id] = item
 
     def forget_ahead(self, item: Item) -> None:
         """``item`` will not start here (its partition went, the worker stops): give back the
         lease claimed ahead for it, so its next owner need not wait for the TTL."""
         ahead, item.ahead = item.ahead, None
+        self._drop_ahead(item)
         if ahead is not None:
             self._spawn(self._release_ahead(item, ahead), item.key)
+
+    def _drop_ahead(self, item: Item) -> None:
+        if self._ahead.get(item.execution_id) is item:
+            del self._ahead[item.execution_id]
 
     async def _release_ahead(self, item: Item, ahead: asyncio.Future[Claim | None]) -> None:
         try:
@@ -228,8 +237,14 @@ class Executor:
         return self._running
 
     def held(self) -> list[tuple[str, int]]:
-        """(execution_id, token) of every lease held now (to renew)."""
-        return [(e, i.token) for e, i in self._held.items() if i.token is not None]
+        """(execution_id, token) of every lease held now (to renew): those of running attempts
+        and those claimed ahead for requests still waiting for their due time."""
+        held = [(e, i.token) for e, i in self._held.items() if i.token is not None]
+        for execution_id, item in self._ahead.items():
+            claim = _claimed(item.ahead)
+            if claim is not None and execution_id not in self._held:
+                held.append((execution_id, claim))
+        return held
 
     def lose(self, execution_id: str, token: int) -> None:
         """The lease ``token`` was taken over: stop its run; its result will not be reported.
@@ -239,11 +254,30 @@ class Executor:
         item = self._held.get(execution_id)
         if item is not None and item.token == token:
             self._abort(item, LOST)
+            return
+        item = self._ahead.get(execution_id)
+        if item is not None and _claimed(item.ahead) == token:
+            # taken over while it waited (its lease expired): its start claims again, and
+            # meets the new holder as any claim would
+            item.ahead = None
+            self._drop_ahead(item)
+            log.warning(
+                "a lease claimed ahead was taken over before its start", extra=item.fields()
+            )
 
     def cancel(self, execution_id: str, token: int) -> None:
         """A cancel was requested on the lease ``token``: stop its run; it is reported
         ``cancelled`` (not retryable). Before or after the target runs there is nothing to
         stop: the claim sees the flag first, or the outcome is already being reported."""
+        ahead = self._ahead.get(execution_id)
+        if ahead is not None and ahead.ahead is not None and _claimed(ahead.ahead) == token:
+            # not started yet: its start sees the flag, as a claim after the cancel would
+            claim = ahead.ahead.result()
+            assert claim is not None  # it answered with a token
+            flagged: asyncio.Future[Claim | None] = asyncio.get_running_loop().create_future()
+            flagged.set_result(replace(claim, cancelled=True))
+            ahead.ahead = flagged
+            return
         item = self._held.get(execution_id)
         if item is not None and item.token == token and self._abort(item, CANCELLED):
             metrics.CANCELLED.labels(stage="running").inc()
@@ -315,6 +349,7 @@ class Executor:
 
         try:
             ahead, item.ahead = item.ahead, None
+            self._drop_ahead(item)
             claim = await (ahead if ahead is not None else self._claim(item))
             if claim is not None and item.limits is not None and self._on_limit_answer:
                 self._on_limit_answer(item, claim)  # limits.py: wait, or let the next try
@@ -602,3 +637,11 @@ class Executor:
             del self._held[item.execution_id]
             if item.limits is not None and self._on_limit_freed is not None:
                 self._on_limit_freed(item)  # its slot is free (completed or handed back)
+
+
+def _claimed(ahead: asyncio.Future[Claim | None] | None) -> int | None:
+    """The token of a claim made ahead, once it answered with one."""
+    if ahead is None or not ahead.done() or ahead.cancelled() or ahead.exception() is not None:
+        return None
+    claim = ahead.result()
+    return None if claim is None else claim.token

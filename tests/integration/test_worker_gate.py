@@ -26,6 +26,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import REGISTRY
 
+from duetime.core.cancel import flag_cancelled_jobs
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
@@ -215,6 +216,41 @@ def test_a_request_fired_ahead_claims_its_lease_early_and_gives_it_back_unrun(
         assert support.STARTED[led["execution_id"]] * 1000 >= led["due_at_ms"]
     finally:
         second.stop()
+
+
+def test_a_lease_claimed_ahead_is_renewed_while_its_request_waits_for_a_slot(
+    settings: CommonSettings, requests: Requests, results: TopicReader
+) -> None:
+    """A request claimed ahead whose start waits longer than the lease TTL (all slots busy,
+    or a crowd fired seconds ahead) keeps its lease: the worker renews it with the running
+    ones, so no other worker could take it over before it starts. The renewal also carries a
+    cancel to it: a request cancelled while it waits is reported ``cancelled`` unrun."""
+    running = start_worker(settings, concurrency=1, buffer=10, lease_ttl_s=6.0)
+    try:
+        led = requests.send(due_at_ms=now_ms() + 1_400)  # claimed at once (within TTL/4)
+        doomed = requests.send(due_at_ms=now_ms() + 1_400)
+        for request in (led, doomed):
+            wait_for(
+                lambda r=request: lease_of(settings, r["execution_id"]) == ("held", False),
+                5,
+                "the lease claimed while the request waits for its time",
+            )
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            assert flag_cancelled_jobs(conn, [doomed["job_id"]]) == 1
+        busy = requests.send(due_at_ms=now_ms(), sleep_s=12.0)  # the one slot, for 12 s
+        wait_for(lambda: busy["execution_id"] in support.STARTED, 10, "the slot taken")
+        assert led["execution_id"] not in support.STARTED  # its time came with the slot busy
+        time.sleep(6.6)  # longer than the TTL since the claim; the slot is still busy
+        assert led["execution_id"] not in support.STARTED
+        assert lease_of(settings, led["execution_id"]) == ("held", False)  # renewed
+        [ran] = final(results, led["job_id"])
+        assert ran["status"] == "success", ran
+        assert ran["attempt"] == 1
+        [stopped] = final(results, doomed["job_id"])
+        assert stopped["error"]["reason"] == "cancelled", stopped
+        assert doomed["execution_id"] not in support.STARTED
+    finally:
+        running.stop()
 
 
 def test_a_request_too_far_ahead_is_handed_back_unrun(
