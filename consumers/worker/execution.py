@@ -532,7 +532,8 @@ class Executor:
         if delivered:
             self._finished_child(item, outcome).inc()
             if outcome.error is None:
-                log.debug("attempt succeeded", extra=item.fields())
+                if log.isEnabledFor(logging.DEBUG):  # its fields cost more than the line
+                    log.debug("attempt succeeded", extra=item.fields())
             else:  # expected failures: info, no traceback (the error is in the result)
                 log.info(
                     "attempt failed (%s, %s): %s",

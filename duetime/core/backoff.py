@@ -20,6 +20,10 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+_JITTER = random.Random()
+"""The jitter's generator when the caller gives none: seeding one per Backoff read the OS's
+entropy for every PostgreSQL statement a worker made (each gets its own Backoff)."""
+
 
 class Backoff:
     """Capped exponential waits with jitter: ``first_s``, doubling up to ``cap_s``, each
@@ -35,7 +39,7 @@ class Backoff:
         if first_s <= 0 or cap_s < first_s or jitter < 0:
             raise ValueError("backoff needs 0 < first_s <= cap_s and jitter >= 0")
         self.first_s, self.cap_s, self.jitter = first_s, cap_s, jitter
-        self._rng = rng or random.Random()
+        self._rng = rng or _JITTER
         self._next_s = first_s
 
     def next(self) -> float:
