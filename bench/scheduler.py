@@ -172,7 +172,8 @@ def summarize(
     visible = [recv - scheduled for _, scheduled, _, _, recv in seen]
     first_recv = min((recv for *_, recv in seen), default=t0_ms)
     last_recv = max((recv for *_, recv in seen), default=t0_ms)
-    duration_s = max(0.001, (last_recv - t0_ms) / 1000)
+    # from the first due time, or from the first emission when the crowd lead fired ahead of it
+    duration_s = max(0.001, (last_recv - min(t0_ms, first_recv)) / 1000)
     result = {
         "scenario": name,
         "jobs": len(ids),
