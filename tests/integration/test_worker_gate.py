@@ -14,6 +14,7 @@ due time and the window it needs:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -218,6 +219,10 @@ def test_a_request_fired_ahead_claims_its_lease_early_and_gives_it_back_unrun(
         second.stop()
 
 
+def claimed_live(settings: CommonSettings, execution_id: str) -> bool:
+    return lease_of(settings, execution_id) == ("held", False)
+
+
 def test_a_lease_claimed_ahead_is_renewed_while_its_request_waits_for_a_slot(
     settings: CommonSettings, requests: Requests, results: TopicReader
 ) -> None:
@@ -229,9 +234,9 @@ def test_a_lease_claimed_ahead_is_renewed_while_its_request_waits_for_a_slot(
     try:
         led = requests.send(due_at_ms=now_ms() + 1_400)  # claimed at once (within TTL/4)
         doomed = requests.send(due_at_ms=now_ms() + 1_400)
-        for request in (led, doomed):
+        for eid in (led["execution_id"], doomed["execution_id"]):
             wait_for(
-                lambda r=request: lease_of(settings, r["execution_id"]) == ("held", False),
+                functools.partial(claimed_live, settings, eid),
                 5,
                 "the lease claimed while the request waits for its time",
             )
