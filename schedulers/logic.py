@@ -31,7 +31,7 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -232,16 +232,7 @@ def wake_at_ms(state: SchedulerState, lead_ms: int = 0) -> int | None:
 
     A live entry without a deadline (a state written before rescues existed) wakes the job at
     once, so ``fire_due`` gives it one: no execution stays in flight without a deadline."""
-    candidates = [
-        e.due_at_ms - lead_ms
-        if e.status is Status.FAILED
-        else (e.due_at_ms if e.deadline_ms is None else e.deadline_ms)
-        for e in state.inflight
-        if not e.held  # released by the partition's fairness gate, not by the timer
-    ]
-    if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
-        candidates.append(fire_ms(state, state.next_run_at_ms) - _schedule_lead_ms(state, lead_ms))
-    return min(candidates) if candidates else None
+    return min((wake for wake, _ in _wakes(state, lead_ms)), default=None)
 
 
 def led_wake_ms(state: SchedulerState, lead_ms: int) -> int | None:
@@ -249,16 +240,21 @@ def led_wake_ms(state: SchedulerState, lead_ms: int) -> int | None:
     the next occurrence's due time), None when it has none: rescue deadlines are never led,
     nor an occurrence that overlap ``skip`` / ``queue_one`` judges at its time. The crowd lead
     (crowd.py) fires a job popped ahead of its wake-up only for these."""
-    candidates = [
-        e.due_at_ms - lead_ms for e in state.inflight if e.status is Status.FAILED and not e.held
-    ]
-    if (
-        state.next_run_at_ms is not None
-        and state.status not in _NOT_FIRING
-        and _schedule_led(state)
-    ):
-        candidates.append(fire_ms(state, state.next_run_at_ms) - lead_ms)
-    return min(candidates) if candidates else None
+    return min((wake for wake, led in _wakes(state, lead_ms) if led), default=None)
+
+
+def _wakes(state: SchedulerState, lead_ms: int) -> Iterator[tuple[int, bool]]:
+    """Each wake-up of the job, and whether a lead moves it."""
+    for e in state.inflight:
+        if e.held:
+            continue  # released by the partition's fairness gate, not by the timer
+        if e.status is Status.FAILED:
+            yield e.due_at_ms - lead_ms, True
+        else:
+            yield (e.due_at_ms if e.deadline_ms is None else e.deadline_ms), False
+    if state.next_run_at_ms is not None and state.status not in _NOT_FIRING:
+        led = _schedule_led(state)
+        yield fire_ms(state, state.next_run_at_ms) - (lead_ms if led else 0), led
 
 
 def _schedule_lead_ms(state: SchedulerState, lead_ms: int) -> int:

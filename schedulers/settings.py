@@ -70,7 +70,7 @@ class SchedulerSettings:
     """The crowd lead (schedulers/crowd.py): the jobs a second this process plans to get out
     (fired, committed, fetched and claimed by the workers) ahead of their time. Jobs due closer
     together than that are fired earlier than the fire lead, by the time they take to go out
-    at this rate (a burst of N: N / rate), so they wait at the workers, claimed, when their
+    at this rate (a burst of N: (N - 1) / rate), so they wait at the workers, claimed, when their
     time comes; a steady load below it gets no extra lead. Each partition plans with its share
     (this divided by the partitions the process owns)."""
     crowd_lead_max_ms: int = 10_000
