@@ -48,8 +48,6 @@ def crowd_lead(
     ms_per_job = 1000 / rate_per_s
     seen = 0
     for wake_ms, jobs in groups:
-        if wake_ms > horizon_ms:
-            break
         if total is not None and wake_ms - now_ms > (total - 1) * ms_per_job:
             # even every job there is would start going out after now: this group's turn
             # comes no earlier than this (the rest's later)
@@ -59,6 +57,11 @@ def crowd_lead(
         if wake_ms <= now_ms:
             continue  # due anyway
         start_ms = wake_ms - (seen - 1) * ms_per_job  # its last job's turn
+        if wake_ms > horizon_ms:
+            # beyond the cap: its turn comes once it is within the cap too (a later group's may
+            # come first, and takes this one with it: the walk goes on)
+            next_ms = _earlier(next_ms, math.ceil(max(start_ms, wake_ms - cap_ms)))
+            continue
         if start_ms <= now_ms:
             until_ms, next_ms = wake_ms, None  # this group and every one before it
         else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duetime.schedulers.crowd import crowd_lead
+from duetime.schedulers.crowd import Crowd, crowd_lead
 
 NOW = 1_000_000
 
@@ -138,3 +138,14 @@ def test_overdue_jobs_go_out_first() -> None:
     groups = [(NOW - 100, 1_000), (NOW + 1_500, 600)]
     assert crowd_lead(groups, NOW, 1000.0, 10_000).until_ms == NOW + 1_500
     assert crowd_lead(groups[1:], NOW, 1000.0, 10_000).until_ms == NOW
+
+
+def test_a_crowd_beyond_the_cap_has_its_turn_when_it_comes_within_it() -> None:
+    """A group beyond the cap whose turn has long come is due once it is within the cap: the
+    timer must wake then, not at a nearer group's later turn (hypothesis found it: the walk
+    stopped at the cap, and 459 ms before next_ms the same groups fired 19 s ahead)."""
+    groups = [(NOW + 100, 1), (NOW + 1_010, 200)]
+    crowd = crowd_lead(groups, NOW, 167.0, 1_000)
+    assert crowd == Crowd(NOW, NOW + 10)
+    assert crowd_lead(groups, NOW + 9, 167.0, 1_000).until_ms == NOW + 9
+    assert crowd_lead(groups, NOW + 10, 167.0, 1_000).until_ms == NOW + 1_010
