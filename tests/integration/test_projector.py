@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from duetime.consumers.projector.store import ProjectionStore, checksums
 from duetime.core.config import CommonSettings
@@ -248,3 +248,46 @@ def test_two_projectors_share_and_hand_over_partitions_without_a_difference(
     project_all(settings, rebuild=True)
     with psycopg.connect(settings.database_url) as conn:
         assert checksums(conn) == live
+
+
+def test_kafka_offsets_reach_the_projected_ones_once_idle(
+    settings: CommonSettings, scheduler: RunningScheduler, worker: SimWorker
+) -> None:
+    """The projector commits its (informational) Kafka offsets at most once a second; the
+    last batch's offsets must still reach Kafka when nothing follows it, or lag tools would
+    show a lag that never drains."""
+    projector = RunningProjector(settings)
+    try:
+        with JobClient(settings=settings) as client:
+            job = client.create_job(
+                name="lag", schedule={"at": iso(datetime.now(UTC))}, target=HTTP
+            )
+        wait_for(lambda: status_of(settings, job.job_id) == "success", 30, "the job to succeed")
+        projector.caught_up()
+        stored = {
+            (t, p): o
+            for t, p, o in pg_rows(
+                settings,
+                "SELECT topic, partition, next_offset FROM projector_offsets WHERE consumer = %s",
+                projector.projector.settings.group_id,
+            )
+        }
+        assert stored
+
+        def kafka_offsets() -> dict[tuple[str, int], int]:
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": settings.bootstrap_servers,
+                    "group.id": projector.projector.settings.group_id,  # only read: never joins
+                    "enable.auto.commit": False,
+                }
+            )
+            try:
+                got = consumer.committed([TopicPartition(t, p) for t, p in stored], timeout=10)
+            finally:
+                consumer.close()
+            return {(tp.topic, tp.partition): tp.offset for tp in got}
+
+        wait_for(lambda: kafka_offsets() == stored, 10, "Kafka's offsets to reach PostgreSQL's")
+    finally:
+        projector.stop()
