@@ -390,7 +390,10 @@ class Projector:
         self._kafka_offsets.clear()
         self._kafka_committed_at = now
         try:
-            self.consumer.commit(offsets=offsets, asynchronous=not final)
+            if final:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
         except Exception as exc:  # e.g. a rebalance in progress: the next batch commits
             log.debug("kafka commit skipped: %s", exc)
 
