@@ -32,10 +32,17 @@ class RunningScheduler:
         assert not self.thread.is_alive(), "scheduler did not stop within 30 s"
 
 
+class _LoopbackServer(ThreadingHTTPServer):
+    request_queue_size = 1024
+    """The listen backlog (socketserver's default is 5: a hundred workers' connections at once
+    overflowed it, the kernel dropped their handshakes and the clients resent them 1, 2, 4, 8,
+    16 s later, so a test waiting 30 s for 100 requests in flight saw 72)."""
+
+
 def serve_loopback(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
     """An HTTP server for ``handler`` on 127.0.0.1 at a free port, serving from a daemon thread
     (each request in a daemon thread of its own); stop it with :func:`stop_server`."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _LoopbackServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
