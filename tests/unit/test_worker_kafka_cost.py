@@ -15,7 +15,7 @@ from duetime.core.errors import ConfigError
 
 def test_results_linger_and_offsets_commit_less_often_by_default() -> None:
     s = WorkerSettings.from_env(Env({}))
-    assert s.result_linger_ms == 50
+    assert s.result_linger_ms == 200
     assert s.complete_gather_ms == 20
     assert s.commit_interval_s == 1.0
     assert s.running_event_after_s == 0.5
