@@ -389,11 +389,8 @@ class Projector:
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._kafka_offsets.items()]
         self._kafka_offsets.clear()
         self._kafka_committed_at = now
-        try:
-            if final:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            else:
-                self.consumer.commit(offsets=offsets, asynchronous=True)
+        try:  # asynchronous at the close too: a broker outage must not hold a stop up
+            self.consumer.commit(offsets=offsets, asynchronous=True)
         except Exception as exc:  # e.g. a rebalance in progress: the next batch commits
             log.debug("kafka commit skipped: %s", exc)
 

@@ -90,7 +90,7 @@ class WorkerSettings:
     """How long a result may wait for more of its partition's results before it is sent
     (the results producer's ``linger.ms``): the broker's cost is per batch and per request,
     not per record. Nothing waits on a result's first tens of milliseconds: the scheduler
-    commits what results change at most every ``DUETIME_SCHEDULER_COMMIT_INTERVAL_S`` (0.2 s),
+    commits what results change at most every ``DUETIME_SCHEDULER_COMMIT_INTERVAL_S`` (0.5 s),
     offsets are committed every ``commit_interval_s``; start lateness does not depend on it.
     200 ms, not 50: with the scheduler's 1 s lead and 0.5 s commits, 28 % less CPU a job in
     all (docs/decisions.md 22); a result reaches the projector and the resolver up to ~150 ms
