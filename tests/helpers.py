@@ -5,12 +5,37 @@ and a scheduler in a thread of the test process."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from duetime.infra.harness import TopicReader, execution_reader, reader, wait_for
 
-__all__ = ["RunningScheduler", "TopicReader", "execution_reader", "reader", "wait_for"]
+__all__ = [
+    "RunningScheduler",
+    "TopicReader",
+    "committed_offsets",
+    "execution_reader",
+    "reader",
+    "wait_for",
+]
+
+
+def committed_offsets(
+    bootstrap_servers: str, group: str, tps: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """The offsets ``group`` has committed on each (topic, partition) of ``tps``, read by a
+    consumer that never joins the group (negative: nothing committed there)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap_servers, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        got = consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in got}
 
 
 class RunningScheduler:

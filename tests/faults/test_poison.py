@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from duetime.core.clock import SYSTEM_CLOCK
 from duetime.core.config import CommonSettings
@@ -40,7 +40,7 @@ from duetime.schemas.codec import Codec
 from tests.e2e.procs import Role, role_env
 from tests.faults.harness import size
 from tests.faults.support import parked, write_counts
-from tests.helpers import TopicReader, wait_for
+from tests.helpers import TopicReader, committed_offsets, wait_for
 from tests.integration.test_dag_support import delete_internal_topics, wait_known
 from tests.integration.test_worker_support import Sink
 
@@ -392,15 +392,6 @@ def corrupt_states(
     return out
 
 
-def committed(settings: CommonSettings, group: str, tps: list[tuple[str, int]]) -> dict[Any, int]:
-    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group})
-    try:
-        got = c.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
-        return {(tp.topic, tp.partition): tp.offset for tp in got}
-    finally:
-        c.close()
-
-
 def projector_offsets(settings: CommonSettings) -> dict[Any, int]:
     rows = dsn_query(
         settings,
@@ -555,7 +546,7 @@ def test_poison_on_every_topic_is_parked_once_and_every_role_moves_on(
     consumers = consumers_of(topics)
     for role, group in groups.items():
         tps = [tp for tp in injected_tps if role in consumers[tp[0]]]
-        offsets = committed(settings, group, tps)
+        offsets = committed_offsets(settings.bootstrap_servers, group, tps)
         behind = {tp: offsets[tp] for tp in tps if offsets[tp] <= last[tp]}
         assert not behind, f"{role} committed offsets not past the bad records: {behind}"
     stored = projector_offsets(settings)

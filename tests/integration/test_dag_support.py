@@ -10,14 +10,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from bench.dag_harness import SimWorker
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.infra.harness import wait_known as wait_known  # the shared harness's, re-exported
-from tests.helpers import TopicReader, wait_for
+from tests.helpers import TopicReader, committed_offsets, wait_for
 
 TARGET = {"type": "python", "ref": "tests.tasks:noop"}
 FAST_RETRY = {"max_retries": 2, "base_delay_s": 0.2, "max_delay_s": 1.0, "jitter": False}
@@ -58,18 +57,9 @@ def scheduler_read_past(settings: CommonSettings, messages: list[Any]) -> bool:
         wanted[where] = max(wanted.get(where, 0), m.offset() + 1)
     if not wanted:
         return True
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"{settings.topic_prefix}schedulers",  # only read: never joins it
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        committed = consumer.committed([TopicPartition(t, p) for t, p in wanted], timeout=10)
-    finally:
-        consumer.close()
-    return all(tp.offset >= wanted[(tp.topic, tp.partition)] for tp in committed)
+    group = f"{settings.topic_prefix}schedulers"
+    committed = committed_offsets(settings.bootstrap_servers, group, wanted)
+    return all(offset >= wanted[where] for where, offset in committed.items())
 
 
 def run_events(reader: TopicReader, run_id: str) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from duetime.consumers.projector.store import ProjectionStore, checksums
 from duetime.core.config import CommonSettings
@@ -16,7 +16,7 @@ from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
 from duetime.schemas.codec import Codec
-from tests.helpers import RunningScheduler, wait_for
+from tests.helpers import RunningScheduler, committed_offsets, wait_for
 from tests.integration.test_projector_support import (
     RunningProjector,
     SimWorker,
@@ -274,20 +274,11 @@ def test_kafka_offsets_reach_the_projected_ones_once_idle(
         }
         assert stored
 
-        def kafka_offsets() -> dict[tuple[str, int], int]:
-            consumer = Consumer(
-                {
-                    "bootstrap.servers": settings.bootstrap_servers,
-                    "group.id": projector.projector.settings.group_id,  # only read: never joins
-                    "enable.auto.commit": False,
-                }
-            )
-            try:
-                got = consumer.committed([TopicPartition(t, p) for t, p in stored], timeout=10)
-            finally:
-                consumer.close()
-            return {(tp.topic, tp.partition): tp.offset for tp in got}
-
-        wait_for(lambda: kafka_offsets() == stored, 10, "Kafka's offsets to reach PostgreSQL's")
+        group = projector.projector.settings.group_id
+        wait_for(
+            lambda: committed_offsets(settings.bootstrap_servers, group, stored) == stored,
+            10,
+            "Kafka's offsets to reach PostgreSQL's",
+        )
     finally:
         projector.stop()

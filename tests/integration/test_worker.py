@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
@@ -24,7 +24,7 @@ from duetime.core.topics import Topics, TopicSpec
 from duetime.infra import harness
 from duetime.infra.topics import create_topics
 from duetime.producers.sdk import JobClient
-from tests.helpers import RunningScheduler, TopicReader, wait_for
+from tests.helpers import RunningScheduler, TopicReader, committed_offsets, wait_for
 from tests.integration import test_worker_support as support
 from tests.integration.test_projector_support import project_all
 from tests.integration.test_worker_support import RunningWorker, Sink
@@ -86,17 +86,10 @@ def final(reader: TopicReader, job_id: str, n: int = 1, timeout_s: float = 30) -
 
 def committed(settings: CommonSettings, topic: str) -> int:
     """Sum of the worker group's committed offsets over ``topic``'s partitions."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"{settings.topic_prefix}workers",
-        }
-    )
-    try:
-        parts = [TopicPartition(topic, p) for p in range(settings.partitions)]
-        return sum(max(0, tp.offset) for tp in consumer.committed(parts, timeout=10))
-    finally:
-        consumer.close()
+    group = f"{settings.topic_prefix}workers"
+    parts = [(topic, p) for p in range(settings.partitions)]
+    offsets = committed_offsets(settings.bootstrap_servers, group, parts)
+    return sum(max(0, offset) for offset in offsets.values())
 
 
 def consumed_ends(settings: CommonSettings, topic: str) -> int:
