@@ -90,3 +90,20 @@ CLOCK_GIVE_UPS = Counter(
     "duetime_scheduler_clock_give_ups_total",
     "Times this scheduler left the group because its clock stayed skewed or unchecked",
 )
+STANDBY_PARTITIONS = Gauge(
+    "duetime_scheduler_standby_partitions",
+    "Partitions this scheduler follows as a warm standby (DUETIME_SCHEDULER_STANDBY): the ones "
+    "it does not own",
+)
+STANDBY_RECORDS = Counter(
+    "duetime_scheduler_standby_records_total",
+    "Changelog records written into this scheduler's standby copies",
+)
+STANDBY_ERRORS = Counter(
+    "duetime_scheduler_standby_errors_total",
+    "Times the standby gave its copies up after an error and followed again from the start",
+)
+STANDBY_RESTORES = Counter(
+    "duetime_scheduler_standby_restores_total",
+    "Partitions taken from a standby copy (restored from its offset on, not from the start)",
+)

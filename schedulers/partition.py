@@ -58,7 +58,7 @@ from duetime.schemas.codec import Codec
 from . import logic, metrics
 from .crowd import Crowd
 from .fairness import SHARE_HEADER, FairnessGate, Share, share_of
-from .store import HELD_PREFIX, StateStore
+from .store import CACHE_KIB, HELD_PREFIX, StateStore
 
 log = logging.getLogger("duetime.scheduler")
 
@@ -231,7 +231,10 @@ class PartitionOwner:
         rng: random.Random,
         clock: Clock,
         queue_exists: Callable[[str], bool | None] | None = None,
+        store: StateStore | None = None,
     ) -> None:
+        """``store``: a standby copy of the partition to restore onto (standby.py), or None
+        (a new, empty one)."""
         self.partition = partition
         self.queue_exists = queue_exists
         """Whether a queue's topics exist (``QueueDirectory.exists``; None: not checked)."""
@@ -244,7 +247,7 @@ class PartitionOwner:
         self.policy = policy
         self.rng = rng
         self.clock = clock
-        self.store = StateStore(store_path, window_ms)
+        self.store = StateStore(store_path, window_ms) if store is None else store
         self.fairness = FairnessGate(policy.fairness_inflight)
         """Per fairness key: executions in flight and the held ones (schedulers/fairness.py)."""
         self.pending = Pending()
@@ -272,9 +275,16 @@ class PartitionOwner:
     # --- restore --------------------------------------------------------------------------
 
     def restore(
-        self, consumer: Consumer | None = None, fenced: Callable[[], object] | None = None
+        self,
+        consumer: Consumer | None = None,
+        fenced: Callable[[], object] | None = None,
+        start: int | None = None,
+        shares: dict[str, bytes] | None = None,
     ) -> tuple[int, float]:
         """Rebuild the store from the partition's state changelog; (records, seconds).
+        ``start``: the store is a standby copy of the changelog up to this offset, whose
+        records' fairness shares are ``shares`` (standby.py): only the rest is read, unless
+        the log no longer starts at or before it (then the copy is dropped, all is read).
         ``consumer``: a group-less reader of its own, for a restore off the main thread (the
         owner's restore consumer otherwise). ``fenced``: returns once this owner's producer
         has fenced the previous owner's (its ``init_transactions``, running meanwhile): the
@@ -282,11 +292,13 @@ class PartitionOwner:
         whatever the previous owner committed before it was fenced is read, and it can
         commit nothing after. Without it the producer is fenced already."""
         started = time.monotonic()
-        tp = TopicPartition(self.topics.state, self.partition, OFFSET_BEGINNING)
         c = self._restore_consumer if consumer is None else consumer
-        c.assign([tp])
         low, high = watermarks(c, self.topics.state, self.partition)
-        shares: dict[str, Share] = {}
+        start, shares_now = self._onto_copy(start, shares or {}, low, high)
+        first = OFFSET_BEGINNING if start is None else start
+        tp = TopicPartition(self.topics.state, self.partition, first)
+        c.assign([tp])
+        begin = low if start is None else start
 
         def read_to(end: int, any_eof: bool) -> Iterator[tuple[str, int | None, bytes | None]]:
             """Records up to ``end``, or to the end of the stable part (an end-of-partition
@@ -310,12 +322,12 @@ class PartitionOwner:
                             continue
                         raise KafkaException(err)
                     key = (m.key() or b"").decode()
-                    yield key, self._restored_headers(key, m, shares), m.value()
+                    yield key, self._restored_headers(key, m, shares_now), m.value()
                 if done or c.position([tp])[0].offset >= end:
                     return
 
         def rows() -> Iterator[tuple[str, int | None, bytes | None]]:
-            if high > low:
+            if high > begin:
                 yield from read_to(high, any_eof=True)
             if fenced is None:
                 return
@@ -323,16 +335,42 @@ class PartitionOwner:
             # the previous owner's last commit, or the abort of its open transaction, moved
             # the end (the client signals the new end of the stable part once more)
             end = watermarks(c, self.topics.state, self.partition)[1]
-            if end > max(high, low):
+            if end > max(high, begin):
                 yield from read_to(end, any_eof=False)
 
         n = self.store.bulk_load(rows(), now_ms=self.clock.now_ms())
         self.fairness = FairnessGate(self.policy.fairness_inflight)
-        self.fairness.load(shares)
+        self.fairness.load(shares_now)
         metrics.FAIRNESS_HELD.labels(partition=self.partition).set(self.fairness.held)
         c.unassign()
         self.store.advance(self.clock.now_ms())
         return n, time.monotonic() - started
+
+    def _onto_copy(
+        self, start: int | None, shares: dict[str, bytes], low: int, high: int
+    ) -> tuple[int | None, dict[str, Share]]:
+        """Where a restore starts reading (None: the beginning) and the fairness shares it
+        starts from: a standby copy's, unless the changelog (``low``-``high``) no longer
+        holds its offset (deleted past it, or truncated before it): then a new, empty store."""
+        if start is None:
+            return None, {}
+        if not low <= start <= high:
+            log.warning(
+                "partition %s: the standby copy ends at offset %s, outside the changelog "
+                "(%s-%s): restoring it all",
+                self.partition,
+                start,
+                low,
+                high,
+                extra={"partition": self.partition},
+            )
+            self.store.close()
+            self.store = StateStore(self._store_path, self._window_ms)
+            return None, {}
+        metrics.STANDBY_RESTORES.inc()
+        self.store.cache_kib(CACHE_KIB)
+        decoded = {key: self._share(key, raw) for key, raw in shares.items()}
+        return start, {key: share for key, share in decoded.items() if share is not None}
 
     def _restored_headers(self, key: str, m: Message, shares: dict[str, Share]) -> int | None:
         """A changelog record's wake-up time; its fairness share goes to ``shares`` (the

@@ -36,6 +36,8 @@ from . import logic, metrics, skew
 from .partition import PartitionLost, PartitionOwner
 from .restores import Restored, Restores
 from .settings import SchedulerSettings
+from .standby import STANDBY_CACHE_KIB, Copy, Standby
+from .store import StateStore
 
 log = logging.getLogger("duetime.scheduler")
 
@@ -101,6 +103,9 @@ class Scheduler:
             self._build, self._ready_restore_reader, ready=self.common.partitions
         )
         """Partitions assigned here, being fenced and restored off the loop (restores.py)."""
+        self.standby: Standby | None = None
+        """Warm copies of the partitions not owned here (standby.py); started by ``run``."""
+        self._standby_wanted: frozenset[int] | None = None
         self._fences = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fence")
         """The new producers' ``init_transactions``, beside their partitions' restores."""
         self.on_restored: Callable[[int, int, float], None] | None = None
@@ -214,6 +219,9 @@ class Scheduler:
         # the first verdict before joining: a scheduler that starts with a bad clock never
         # takes partitions (bounded: without an answer it joins and waits to fire)
         self.probe.wait_first(5.0)
+        if self.settings.standby:
+            self.standby = self._new_standby()
+            self._warm_standby(self.standby)
         log.info("scheduler started", extra={"role": "scheduler"})
         failures = 0
         metrics.PARTITIONS.set(self.common.partitions)
@@ -244,7 +252,68 @@ class Scheduler:
             self._pool.shutdown()
             self._shutdown()
 
+    def _new_standby(self) -> Standby:
+        state_dir = self.settings.state_dir
+        window_ms = int(self.settings.window_s * 1000)
+        return Standby(
+            self.topics.state,
+            self.common.partitions,
+            self._standby_reader,
+            lambda path: StateStore(path, window_ms, cache_kib=STANDBY_CACHE_KIB),
+            None if state_dir is None else state_dir / self.common.instance_id,
+        )
+
+    def _standby_reader(self) -> Consumer:
+        # never a member, like the restore reader; a standby needs no 10 ms fetch wait (a copy
+        # a fraction of a second behind only leaves a longer tail to the restore), and an idle
+        # one costs the broker a fetch a quarter second
+        return kafka.consumer(
+            self.common,
+            f"{self.group_id}-standby",
+            **{
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 250,
+                "queued.max.messages.kbytes": 16384,
+            },
+        )
+
+    def _warm_standby(self, standby: Standby) -> None:
+        """Wait (at most DUETIME_SCHEDULER_STANDBY_WARM_S) for the standby's copies to reach
+        the changelog's end before joining, so partitions given to this scheduler at its join
+        are restored from copies (their tails only)."""
+        started = time.monotonic()
+        deadline = started + self.settings.standby_warm_s
+        next_report = started + 5.0
+        while not standby.caught_up() and not self._stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                log.warning(
+                    "joining before the standby caught up (DUETIME_SCHEDULER_STANDBY_WARM_S=%s): "
+                    "partitions given now restore from the changelog",
+                    self.settings.standby_warm_s,
+                )
+                return
+            if now >= next_report:
+                log.info("warming the standby up: %s", standby.describe())
+                next_report = now + 5.0
+            time.sleep(0.05)
+        log.info("standby warm in %.2f s: %s", time.monotonic() - started, standby.describe())
+
+    def _follow_standby(self) -> None:
+        """Tell the standby which partitions to follow: those neither owned, being taken nor
+        waiting to be retaken here (only when that changed: its lock is shared with its
+        thread's writes)."""
+        if self.standby is None:
+            return
+        busy = set(self.owners) | self.restores.pending() | set(self._lost)
+        wanted = frozenset(p for p in range(self.common.partitions) if p not in busy)
+        if wanted != self._standby_wanted:
+            self.standby.follow(wanted)
+            self._standby_wanted = wanted
+
     def _shutdown(self) -> None:
+        if self.standby is not None:
+            self.standby.close()
         self.restores.close()
         self._fences.shutdown()
         self._flush_all()
@@ -294,6 +363,7 @@ class Scheduler:
         # In threads even for one: a call that never returns must not stop the loop
         if busy:
             self._commit_all(busy)
+        self._follow_standby()
 
     def _commit_all(self, busy: list[PartitionOwner]) -> None:
         """Commit the busy partitions; one whose transaction calls are still blocked after
@@ -583,9 +653,10 @@ class Scheduler:
         started = time.monotonic()
         producer = self._new_producer(p)
         fencing = self._fences.submit(_fence, producer, started)
-        owner = self._new_owner(p, producer)
+        copy = None if self.standby is None else self.standby.take(p)
+        owner = self._new_owner(p, producer, copy)
         try:
-            n, seconds = owner.restore(reader, fenced=fencing.result)
+            n, seconds = owner.restore(reader, fenced=fencing.result, **_from_copy(copy))
             owner.find_input_highs(reader)
         except BaseException:
             wait([fencing])  # never close a producer while its init_transactions runs
@@ -626,11 +697,13 @@ class Scheduler:
 
     def _take(self, p: int, producer: Producer) -> None:
         """Own ``p`` now, restored on the loop (a partition started over after a failure)."""
-        owner = self._new_owner(p, producer)
-        n, seconds = owner.restore()
+        copy = None if self.standby is None else self.standby.take(p)
+        owner = self._new_owner(p, producer, copy)
+        n, seconds = owner.restore(**_from_copy(copy))
         self._install(Restored(owner, n, seconds))
 
-    def _new_owner(self, p: int, producer: Producer) -> PartitionOwner:
+    def _new_owner(self, p: int, producer: Producer, copy: Copy | None = None) -> PartitionOwner:
+        """A partition's owner, on an empty store or on a standby ``copy``'s."""
         state_dir = self.settings.state_dir
         return PartitionOwner(
             p,
@@ -647,6 +720,7 @@ class Scheduler:
             rng=self.rng,
             clock=self.clock,
             queue_exists=self.queues.exists,
+            store=None if copy is None else copy.store,
         )
 
     def _install(self, restored: Restored) -> None:
@@ -738,6 +812,11 @@ class Scheduler:
             log.warning("closing partition %s: %s", p, exc, extra={"partition": p})
         metrics.PENDING.labels(partition=str(p)).set(0)
         log.info("released partition %s", p, extra={"partition": p})
+
+
+def _from_copy(copy: Copy | None) -> dict[str, Any]:
+    """``PartitionOwner.restore``'s arguments for a store that is a standby copy."""
+    return {} if copy is None else {"start": copy.next_offset, "shares": copy.shares}
 
 
 def _fence(producer: Producer, started: float) -> float:

@@ -80,6 +80,15 @@ class SchedulerSettings:
     change that reaches the scheduler inside the lead does not stop the run already emitted;
     the workers hold led requests (within DUETIME_WORKER_MAX_EARLY_WAIT_S, 60 s, and
     DUETIME_WORKER_HOLD_BUFFER of them)."""
+    standby: bool = True
+    """Follow the partitions other schedulers own in local copies (standby.py), so that one
+    given to this scheduler (a failover, a join, a leave) reads only its changelog's tail
+    past its copy instead of all of it. Costs each scheduler a read and a SQLite write of
+    every other scheduler's changelog records; a lone scheduler follows nothing once it owns
+    every partition."""
+    standby_warm_s: float = 30.0
+    """At start, wait at most this long for the standby's copies to reach the changelog's end
+    before joining the group (0: join at once; the copies then catch up meanwhile)."""
     commit_stall_s: float = 20.0
     """A partition's transaction calls that have not returned after this long are given up:
     the partition starts over with a new producer (fencing the stuck one). Its calls carry 10 s
@@ -187,6 +196,10 @@ class SchedulerSettings:
             crowd_rate=env.number("DUETIME_SCHEDULER_CROWD_RATE", cls.crowd_rate, 1.0, 1_000_000.0),
             crowd_lead_max_ms=env.integer(
                 "DUETIME_SCHEDULER_CROWD_LEAD_MAX_MS", cls.crowd_lead_max_ms, 0, 50_000
+            ),
+            standby=env.flag("DUETIME_SCHEDULER_STANDBY", cls.standby),
+            standby_warm_s=env.number(
+                "DUETIME_SCHEDULER_STANDBY_WARM_S", cls.standby_warm_s, 0.0, 3600.0
             ),
             commit_stall_s=env.number(
                 "DUETIME_SCHEDULER_COMMIT_STALL_S", cls.commit_stall_s, 1.0, 3600.0

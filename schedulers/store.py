@@ -67,6 +67,9 @@ LOAD_CHUNK = 20_000
 of states of ~1.4 KB (the failover benchmark's), ~5 MB of small ones (the 1 M-job memory
 benchmark's), for the length of a restore."""
 
+CACHE_KIB = 16_000
+"""SQLite's page cache per store: at most ~16 MB in RAM (a standby copy keeps less)."""
+
 READ_CHUNK = 500
 """Job ids per ``SELECT ... IN (...)`` when reading the states of due jobs (SQLite builds
 before 3.32 allow at most 999 parameters a statement)."""
@@ -79,6 +82,7 @@ class StateStore:
         window_ms: int,
         decoded_limit: int = DECODED_LIMIT,
         decoded_bytes: int = DECODED_BYTES,
+        cache_kib: int = CACHE_KIB,
     ) -> None:
         self.path = path
         if path is not None:
@@ -91,7 +95,7 @@ class StateStore:
         )
         self._db.execute("PRAGMA synchronous=OFF")  # a cache of the changelog: no fsync needed
         self._db.execute("PRAGMA journal_mode=MEMORY")  # rollback on an aborted Kafka transaction
-        self._db.execute("PRAGMA cache_size=-16000")  # at most ~16 MB of pages in RAM
+        self.cache_kib(cache_kib)
         # a rowid table, not WITHOUT ROWID: a state is ~1.5 KB, and a clustered B-tree of rows
         # that large holds two a page, so every write moved pages around (measured: a put cost
         # 35 us, 9 us in a rowid table keyed by a unique index; a state is written twice a job)
@@ -129,6 +133,10 @@ class StateStore:
         """Job id → its state's bytes, read with the other due jobs' by ``pop_due`` for the
         fires that follow (one query per chunk instead of one a job). A write of the job
         drops its entry, so ``get`` never returns bytes older than the table's."""
+
+    def cache_kib(self, kib: int) -> None:
+        """Let SQLite keep at most ``kib`` KiB of pages in RAM."""
+        self._db.execute(f"PRAGMA cache_size=-{int(kib)}")
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -278,9 +286,12 @@ class StateStore:
         self.flush()
         self._forget_decoded()  # the changelog's values replace whatever was kept
         self._fetched.clear()
-        self.advance(now_ms)  # what the table holds already (nothing, for a new owner)
+        self.advance(now_ms)  # what the table holds already (a standby copy's, or nothing)
         self.begin()
-        self._db.execute("DROP INDEX IF EXISTS state_wake")
+        # a copy's tail is a few records: updating its index costs less than building it again
+        empty = self._db.execute("SELECT 1 FROM state LIMIT 1").fetchone() is None
+        if empty:
+            self._db.execute("DROP INDEX IF EXISTS state_wake")
         n = 0
         latest: dict[str, tuple[int | None, bytes | None]] = {}
         try:
@@ -295,6 +306,23 @@ class StateStore:
             self._write_latest(latest)
         finally:
             self._db.execute(WAKE_INDEX)
+        self.commit()
+        return n
+
+    def apply(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
+        """A standby copy (standby.py): write each job's latest state of ``rows`` (changelog
+        order, a None value deletes) and the held commands, in one transaction, without the
+        in-memory index (a copy has none until it is restored from). Returns the records."""
+        n = 0
+        latest: dict[str, tuple[int | None, bytes | None]] = {}
+        self.begin()
+        for job_id, wake, value in rows:
+            n += 1
+            if job_id.startswith(HELD_PREFIX):
+                self.hold(job_id, job_id.split("/")[1], value)
+            else:
+                latest[job_id] = (wake, value)
+        self._write_latest(latest)
         self.commit()
         return n
 

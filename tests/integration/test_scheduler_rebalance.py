@@ -2,6 +2,7 @@
 
 A scheduler joining or leaving moves only the partitions that change owner: the partitions a
 member keeps stay with the very same ``PartitionOwner`` (never revoked, never restored again),
+a joining one takes its partitions from its warm standby's copies,
 every input topic of a partition goes to one member, and what falls due meanwhile fires once.
 """
 
@@ -17,6 +18,7 @@ import pytest
 
 from duetime.core.config import CommonSettings
 from duetime.producers.sdk import JobClient
+from duetime.schedulers import metrics
 from duetime.schedulers.partition import PartitionOwner
 from duetime.schedulers.settings import SchedulerSettings
 from tests.helpers import RunningScheduler, TopicReader, execution_reader, wait_for
@@ -75,6 +77,7 @@ def test_a_join_and_a_leave_move_only_the_partitions_that_change_owner(
                 )
                 ids.append(job.job_id)
 
+        from_copies = metrics.STANDBY_RESTORES._value.get()
         joined = b = start(settings, "b")
         wait_for(
             lambda: split(a, joined, settings.partitions), 30, "a and b to split the partitions"
@@ -83,6 +86,8 @@ def test_a_join_and_a_leave_move_only_the_partitions_that_change_owner(
         # what a kept was never revoked: the same owners, not restored afresh
         assert all(kept[p] is before[p] for p in kept), "a kept partition was taken again"
         assert set(before) - set(kept) == set(owners(joined))
+        # b warmed its standby up before it joined: what it took came from its copies
+        assert metrics.STANDBY_RESTORES._value.get() - from_copies == len(owners(joined))
 
         moved = owners(joined)
         joined.stop()
