@@ -35,6 +35,8 @@ class Restored:
     seconds: float
     fence_s: float = 0.0
     """Of ``seconds``, the new producer's ``init_transactions`` (read beside the changelog)."""
+    copied: int | None = None
+    """Records of the standby copy it was restored onto (standby.py); None: no copy."""
 
 
 class Restores:

@@ -597,7 +597,7 @@ class Scheduler:
     def _make_producer(self, partition: int) -> Producer:
         """A transactional producer for ``partition``, initialised: the old owner is fenced."""
         producer = self._new_producer(partition)
-        producer.init_transactions(30)
+        kafka.init_transactions(producer, 30)
         return producer
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -662,7 +662,7 @@ class Scheduler:
             wait([fencing])  # never close a producer while its init_transactions runs
             owner.close()
             raise
-        return Restored(owner, n, seconds, fencing.result())
+        return Restored(owner, n, seconds, fencing.result(), _copied(copy, owner))
 
     def _install_restored(self) -> None:
         """Own the partitions whose restore ended: read their inputs from the committed offsets
@@ -700,7 +700,7 @@ class Scheduler:
         copy = None if self.standby is None else self.standby.take(p)
         owner = self._new_owner(p, producer, copy)
         n, seconds = owner.restore(**_from_copy(copy))
-        self._install(Restored(owner, n, seconds))
+        self._install(Restored(owner, n, seconds, copied=_copied(copy, owner)))
 
     def _new_owner(self, p: int, producer: Producer, copy: Copy | None = None) -> PartitionOwner:
         """A partition's owner, on an empty store or on a standby ``copy``'s."""
@@ -731,11 +731,12 @@ class Scheduler:
         metrics.PENDING.labels(partition=str(p)).set(owner.store.pending())
         self.owners[p] = owner
         log.info(
-            "owning partition %s: restored %s states in %.2f s (fenced in %.2f s)",
+            "owning partition %s: restored %s states in %.2f s (fenced in %.2f s)%s",
             p,
             n,
             seconds,
             restored.fence_s,
+            "" if restored.copied is None else f" onto a standby copy of {restored.copied}",
             extra={"partition": p},
         )
         if self.on_restored is not None:
@@ -819,10 +820,15 @@ def _from_copy(copy: Copy | None) -> dict[str, Any]:
     return {} if copy is None else {"start": copy.next_offset, "shares": copy.shares}
 
 
+def _copied(copy: Copy | None, owner: PartitionOwner) -> int | None:
+    """The records of the standby copy ``owner`` was restored onto (None: it was not)."""
+    return None if copy is None or owner.store is not copy.store else copy.records
+
+
 def _fence(producer: Producer, started: float) -> float:
     """Initialise a new owner's producer (fencing the previous owner's); seconds since
     ``started``."""
-    producer.init_transactions(30)
+    kafka.init_transactions(producer, 30)
     return time.monotonic() - started
 
 
