@@ -33,7 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from . import metrics
 from .fairness import SHARE_HEADER
@@ -83,6 +90,9 @@ class Standby:
         self._make_store = make_store
         self._state_dir = state_dir
         self._names = itertools.count()
+        if state_dir is not None and state_dir.is_dir():
+            for stale in state_dir.glob("standby-p*.sqlite*"):  # an earlier process's copies
+                stale.unlink(missing_ok=True)
         self._lock = threading.Lock()
         self._wanted: set[int] = set(range(partitions))
         """Partitions to follow: every one neither owned nor being taken here."""
@@ -246,8 +256,11 @@ class _Batch:
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 self.ends[p] = m.offset() or 0
-                return
-            raise RuntimeError(str(err))
+            elif err.fatal():
+                raise KafkaException(err)
+            else:  # a broker away, a leader moving: librdkafka retries on its own
+                log.debug("scheduler standby: %s", err)
+            return
         key = (m.key() or b"").decode(errors="replace")
         value = m.value()
         wake: int | None = None

@@ -59,8 +59,10 @@ CROWD_LOOKBACK_MS = 1_000
 """Jobs overdue by at most this much count for the crowd lead (they go out first); a backlog
 older than that is being fired at full speed anyway."""
 
-WAKE_INDEX = "CREATE INDEX IF NOT EXISTS state_wake ON state (wake_at_ms)"
-"""The wake-up index (``bulk_load`` drops it while it loads, and builds it again after)."""
+WAKE_INDEX = "CREATE INDEX IF NOT EXISTS state_wake ON state (wake_at_ms, job_id)"
+"""The wake-up index (``bulk_load`` drops it while it loads, and builds it again after). It
+covers the window's load (job ids by wake-up), which then never reads the ~1.4 KB rows:
+30,000 jobs in 12.5 ms instead of 45."""
 
 LOAD_CHUNK = 20_000
 """Jobs whose latest restored state ``bulk_load`` keeps in memory before writing them: ~30 MB
@@ -407,11 +409,24 @@ class StateStore:
 
     def _load(self, after_ms: int, until_ms: int) -> None:
         self.flush()
-        for job_id, wake in self._db.execute(
+        rows = self._db.execute(
             "SELECT job_id, wake_at_ms FROM state WHERE wake_at_ms > ? AND wake_at_ms <= ?",
             (after_ms, until_ms),
-        ):
-            self._set_near(job_id, wake)
+        )
+        if self._near:
+            for job_id, wake in rows:
+                self._set_near(job_id, wake)
+        else:
+            # an empty index (a restore, a new owner): built in one go, the heap heapified
+            # once (a new owner's restore ends with this, beside a loop firing its other
+            # partitions)
+            self._near = dict(rows)
+            counts = self._wake_counts
+            for wake in self._near.values():
+                bucket = wake // CROWD_BUCKET_MS
+                counts[bucket] = counts.get(bucket, 0) + 1
+            self._heap = [(wake, job_id) for job_id, wake in self._near.items()]
+            heapq.heapify(self._heap)
         self._loaded_until_ms = max(self._loaded_until_ms, until_ms)
 
     def advance(self, now_ms: int) -> None:
