@@ -379,11 +379,35 @@ class PartitionOwner:
         shares.pop(key, None)
         for header in m.headers() or []:
             if header[0] == WAKE_HEADER and header[1]:
-                wake = int(header[1])
+                wake = self._wake_header(key, header[1], m.value())
             elif header[0] == SHARE_HEADER and header[1] and m.value() is not None:
                 share = self._share(key, header[1])
                 if share is not None:
                     shares[key] = share
+        return wake
+
+    def _wake_header(self, key: str, raw: str | bytes, value: bytes | None) -> int | None:
+        """A wake-up header's time. One that is not a number is corruption (only schedulers
+        write the changelog): the time is worked out from the state itself, as its writer
+        did, and a state that does not decode either gets none (it is met as unknown when
+        its job is next touched); never an error that stops the restore, which every owner
+        of the partition would meet in turn."""
+        try:
+            return int(raw)
+        except ValueError:
+            pass
+        metrics.POISON.labels(topic=self.topics.state).inc()
+        wake = None
+        if value is not None and not key.startswith(HELD_PREFIX):
+            with contextlib.suppress(*CONTENT_ERRORS):
+                state = self.codec.load(SchedulerState, value, topic=self.topics.state)
+                wake = logic.wake_at_ms(state, self.policy.fire_lead_ms)
+        log.error(
+            "the changelog's wake-up header of a job is not a number (%r): using %s",
+            redact_text(str(raw))[:40],
+            "none" if wake is None else "the one its state gives",
+            extra={"job_id": key, "partition": self.partition},
+        )
         return wake
 
     # --- a cycle --------------------------------------------------------------------------

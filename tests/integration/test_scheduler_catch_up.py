@@ -55,9 +55,13 @@ def success_of(request: dict[str, object]) -> dict[str, object]:
 def test_a_run_that_ended_while_no_scheduler_ran_does_not_block_the_catch_up(
     settings: CommonSettings, executions: TopicReader, overlap: str
 ) -> None:
-    # no fire lead: with a 1 s lead on a cron of every second the first scheduler can emit the
-    # next occurrence before it stops, and the scenario needs exactly one run before the gap
-    # (a 'schedule' run instead of the 'misfire' catch-up, 1 ./run test in 4 on 2026-12-03)
+    # the scenario needs exactly one run before the gap: a first scheduler still up when the
+    # next occurrence falls due emits it (with a fire lead, up to the lead before) or, under
+    # queue_one, queues it behind the live run, and the second scheduler then releases that
+    # 'schedule' run instead of the 'misfire' catch-up (seen with a cron of every second and
+    # a busy box: 1 ./run test in 4 with the 1 s lead, once more without it). So no lead, a
+    # cron of every 5 s, and the gap runs until an occurrence is well past its misfire
+    # threshold.
     unled = SchedulerSettings(
         common=settings, misfire_threshold_s=1.0, fire_lead_ms=0, crowd_lead_max_ms=0
     )
@@ -66,7 +70,7 @@ def test_a_run_that_ended_while_no_scheduler_ran_does_not_block_the_catch_up(
     with JobClient(settings=settings) as client:
         job = client.create_job(
             name="catch-up",
-            schedule={"cron": "* * * * * *"},
+            schedule={"cron": "*/5 * * * * *"},
             target=HTTP_TARGET,
             misfire="run_once",
             overlap=overlap,
@@ -83,7 +87,9 @@ def test_a_run_that_ended_while_no_scheduler_ran_does_not_block_the_catch_up(
         value=Codec().encode("result", success_of(request)),
     )
     assert producer.flush(10) == 0
-    time.sleep(3)  # the subject: occurrences fall due with nobody to fire them (misfires)
+    # the subject: an occurrence falls due with nobody to fire it (a misfire)
+    next_due_s = int(request["scheduled_at_ms"]) / 1000 + 5
+    time.sleep(max(0.0, next_due_s + 2.5 - time.time()))
     second = RunningScheduler(replace(unled, common=replace(settings, instance_id="second")))
     try:
         # run_once: one catch-up run, although overlap is not allow: nothing runs any more

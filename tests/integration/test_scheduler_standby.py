@@ -13,8 +13,9 @@ import pytest
 from confluent_kafka import Producer
 
 from duetime.core.config import CommonSettings
+from duetime.core.jobspec import build_job
 from duetime.core.topics import Topics
-from duetime.schedulers import metrics
+from duetime.schedulers import logic, metrics
 from duetime.schedulers.fairness import SHARE_HEADER, Share
 from duetime.schedulers.partition import WAKE_HEADER, PartitionOwner
 from duetime.schedulers.service import Scheduler
@@ -24,6 +25,7 @@ from duetime.schedulers.store import HELD_PREFIX
 from tests.helpers import wait_for
 
 PARTITION = 2
+TARGET = {"type": "http", "url": "http://127.0.0.1:9/none"}
 SHARE = Share(live={"team-a": 1}, held={}, held_count=0, rank=2, weight=1).encode()
 
 
@@ -147,3 +149,41 @@ def test_a_partition_taken_and_released_is_followed_again_from_the_start(
         assert again.store.get("job-0") is not None
     finally:
         again.store.close()
+
+
+def test_a_bad_wake_header_neither_stops_a_restore_nor_is_restored_from_a_copy(
+    settings: CommonSettings, scheduler: Scheduler
+) -> None:
+    """Only schedulers write the changelog, but a record with a wake-up header that is not a
+    number (corruption, or a writer that should not have been allowed) must not stop a restore:
+    every owner of the partition would meet it in turn. The wake-up is worked out from the
+    state itself; a standby copy that met it is not used (the restore reads everything)."""
+    standby = scheduler.standby
+    assert standby is not None
+    at_ms = 4102444800000
+    definition = build_job(
+        {"name": "bad-header", "schedule": {"at": "2100-01-01T00:00:00Z"}, "target": TARGET},
+        now_ms=1_790_000_000_000,
+    )
+    first = logic.new_state(definition, 1_790_000_000_000)
+    value = scheduler.codec.dump(first, topic=Topics(settings.topic_prefix).state)
+    bad: list[tuple[str, str | bytes | None]] = [(WAKE_HEADER, b"not-a-number")]
+    write(settings, [state(i) for i in range(5)])
+    write(settings, [(definition.job_id, value, bad), ("job-junk", os.urandom(40), bad)])
+    wait_for(lambda: read(standby, 7), 30, "the standby to read the changelog")
+
+    reader = scheduler._restore_reader()
+    try:
+        restored = scheduler._build(PARTITION, reader)
+        try:
+            assert restored.copied is None  # the copy met the bad header: not used
+            assert restored.states == 7
+            db = restored.owner.store._db
+            wakes = dict(db.execute("SELECT job_id, wake_at_ms FROM state"))
+            assert wakes[definition.job_id] == at_ms - scheduler.policy.fire_lead_ms
+            assert wakes["job-junk"] is None  # not a state at all: no wake-up, no crash
+            assert wakes["job-0"] == 4102444800000
+        finally:
+            restored.owner.close()
+    finally:
+        reader.close()
