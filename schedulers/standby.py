@@ -44,11 +44,11 @@ from confluent_kafka import (
 
 from . import metrics
 from .fairness import SHARE_HEADER
+from .partition import WAKE_HEADER
 from .store import StateStore
 
 log = logging.getLogger("duetime.scheduler")
 
-WAKE_HEADER = "duetime-wake-ms"  # partition.py's (not imported: partition imports this module)
 STALE_S = 3600.0
 """A copy that has not reached the changelog's end for this long is not used (see above)."""
 STANDBY_CACHE_KIB = 2_000
