@@ -289,3 +289,39 @@ def test_a_restore_keeps_each_jobs_latest_record(
     assert sorted(store.pop_due(WINDOW_MS, limit=100)) == sorted(
         j for j, (w, _) in model.items() if w is not None and w <= WINDOW_MS
     )
+
+
+def _contents(store: StateStore) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    store.flush()
+    db = store._db
+    return (
+        sorted(db.execute("SELECT job_id, wake_at_ms, value FROM state")),
+        sorted(db.execute("SELECT key, job_id, value FROM held")),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=_restored, split=st.integers(0, 30), batches=st.integers(1, 4))
+def test_a_standby_copy_and_its_tail_restore_what_the_whole_changelog_does(
+    rows: list[tuple[str, int | None, bytes | None]], split: int, batches: int
+) -> None:
+    # the warm standby (standby.py) writes the changelog into a copy as it comes (``apply``, in
+    # batches of whatever one read returned), and a new owner restores the rest onto it
+    # (``bulk_load`` on a store that has rows already): the same rows, held commands, wake-ups
+    # and near-term index as a restore of everything into an empty store
+    whole = StateStore(None, WINDOW_MS)
+    whole.bulk_load(rows, now_ms=0)
+    copy = StateStore(None, WINDOW_MS)
+    head, tail = rows[:split], rows[split:]
+    size = max(1, len(head) // batches)
+    for i in range(0, len(head), size):
+        assert copy.apply(head[i : i + size]) == len(head[i : i + size])
+    assert copy.bulk_load(tail, now_ms=0) == len(tail)
+    assert _contents(copy) == _contents(whole)
+    for job in JOBS:
+        assert copy.held_for(job) == whole.held_for(job)
+    assert copy.pending() == whole.pending()
+    whole.advance(0)
+    copy.advance(0)
+    assert copy.next_wake_ms() == whole.next_wake_ms()
+    assert sorted(copy.pop_due(WINDOW_MS, limit=100)) == sorted(whole.pop_due(WINDOW_MS, limit=100))
