@@ -27,11 +27,12 @@ Every row also carries CPU per job (``cpu_ms_per_job``): the CPU seconds of ever
 the system (duetime: the broker, PostgreSQL, the scheduler, each worker and the projector;
 Celery: Redis and the worker with its pool; River: PostgreSQL and its one Go process, which also
 inserts) ÷ the jobs completed, with each process's figure in ``cpu_s`` (``bench/cpu.py`` reads
-them from /proc). For every system the CPU is that of the same span, from just before the first
-job is created to the last start (``cpu_window``); each process's CPU over its whole life (its
-start-up, e.g. a fresh broker's JVM and JIT, and idle time) is kept beside it in
-``cpu_s_lifetime`` and not counted per job. The load generators (duetime's SDK or REST client,
-Celery's producers) are not counted.
+them from /proc). For every system the CPU is that of a span with the same edges, from just before
+the first job is created to the last start (``cpu_window``: duetime's ``worker rate`` creates every
+job ~20 s before the first is due, the peers each 10 s before it, so its span is ~10 s longer);
+each process's CPU over its whole life (its start-up, e.g. a fresh broker's JVM and JIT, and
+idle time) is kept beside it in ``cpu_s_lifetime`` and not counted per job. The load
+generators (duetime's SDK or REST client, Celery's producers) are not counted.
 
 A throughput ratio above 1 and lateness and CPU ratios below 1 mean duetime is ahead.
 """
@@ -48,9 +49,10 @@ MEASURED = (
     "lateness = start (http: arrival at the sink) − due time, per job; throughput = distinct "
     "jobs started ÷ (last start − first due); CPU per job (cpu_ms_per_job) = CPU seconds of "
     "every process of the system over the scenario's window, from just before the first job "
-    "is created to the last start (http: arrival), the same span for every system "
-    "(cpu_window), ÷ jobs completed; cpu_s_lifetime keeps each process's CPU from its own "
-    "start (a fresh broker's JVM start-up and JIT, idle time) beside it, not counted per job"
+    "is created to the last start (http: arrival), the same edges for every system "
+    "(cpu_window; the lead before the first due time differs), ÷ jobs completed; "
+    "cpu_s_lifetime keeps each process's CPU from its own start (a fresh broker's JVM "
+    "start-up and JIT, idle time) beside it, not counted per job"
 )
 
 PAIRS = {

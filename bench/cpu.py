@@ -7,8 +7,8 @@ backends, a uvicorn or Celery parent its workers, even those that exited during 
 ``CpuMeter`` reads each named process tree at ``start()`` and ``stop()``; with
 ``interval_s`` it also samples them in a thread in between, so that the CPU of any span
 inside can be read afterwards (``window(start, end)``, linear between samples). That is how
-every benchmark reports the same span for every system: from just before the first job is
-created to the last start (or arrival), which is known only once the run is over. Beside the
+every benchmark reports a span with the same edges for every system: from just before the first
+job is created to the last start (or arrival), which is known only once the run is over. Beside the
 window, ``lifetime()`` keeps each process's CPU from its own start to the end of the run, so
 start-up and idle costs (a fresh broker's JVM start and JIT: 8-9 CPU-seconds) stay visible
 without being charged to the jobs. A process that is gone (or unreadable) is reported as
