@@ -145,6 +145,9 @@ class Standby:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(10)
+        self._drop_copies()
+
+    def _drop_copies(self) -> None:
         with self._lock:
             for copy in self._copies.values():
                 copy.store.close()
@@ -168,10 +171,7 @@ class Standby:
             except Exception as exc:  # a broker away, a disk error: start over, never exit
                 log.warning("scheduler standby: %s (following again from the start)", exc)
                 metrics.STANDBY_ERRORS.inc()
-                with self._lock:
-                    for copy in self._copies.values():
-                        copy.store.close()
-                    self._copies.clear()
+                self._drop_copies()
                 if reader is not None:
                     reader.close()
                     reader = None

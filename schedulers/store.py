@@ -294,18 +294,8 @@ class StateStore:
         empty = self._db.execute("SELECT 1 FROM state LIMIT 1").fetchone() is None
         if empty:
             self._db.execute("DROP INDEX IF EXISTS state_wake")
-        n = 0
-        latest: dict[str, tuple[int | None, bytes | None]] = {}
         try:
-            for job_id, wake, value in rows:
-                n += 1
-                if job_id.startswith(HELD_PREFIX):
-                    self.hold(job_id, job_id.split("/")[1], value)
-                    continue
-                latest[job_id] = (wake, value)
-                if len(latest) >= LOAD_CHUNK:
-                    self._write_latest(latest)
-            self._write_latest(latest)
+            n = self._write_rows(rows)
         finally:
             self._db.execute(WAKE_INDEX)
         self.commit()
@@ -315,17 +305,25 @@ class StateStore:
         """A standby copy (standby.py): write each job's latest state of ``rows`` (changelog
         order, a None value deletes) and the held commands, in one transaction, without the
         in-memory index (a copy has none until it is restored from). Returns the records."""
+        self.begin()
+        n = self._write_rows(rows)
+        self.commit()
+        return n
+
+    def _write_rows(self, rows: Iterable[tuple[str, int | None, bytes | None]]) -> int:
+        """Write changelog records into the open transaction: held commands as they come, each
+        job's latest state ``LOAD_CHUNK`` jobs at a time. Returns the records."""
         n = 0
         latest: dict[str, tuple[int | None, bytes | None]] = {}
-        self.begin()
         for job_id, wake, value in rows:
             n += 1
             if job_id.startswith(HELD_PREFIX):
                 self.hold(job_id, job_id.split("/")[1], value)
-            else:
-                latest[job_id] = (wake, value)
+                continue
+            latest[job_id] = (wake, value)
+            if len(latest) >= LOAD_CHUNK:
+                self._write_latest(latest)
         self._write_latest(latest)
-        self.commit()
         return n
 
     def _write_latest(self, latest: dict[str, tuple[int | None, bytes | None]]) -> None:
