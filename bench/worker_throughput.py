@@ -137,9 +137,14 @@ class Results:
         # ~0.3 core on this reader's empty fetches, counted in the system's CPU per job
         self.consumer = reader(common.bootstrap_servers, "bench-results", **READER_FETCH)
         topics = Topics(common.topic_prefix)
-        # the requests too: when each was emitted and when it became visible to a reader
+        # the requests too: when each was emitted and when it became visible to a reader.
+        # Only the normal priority's topic, the one every job of these scenarios goes to:
+        # this reader is the bench's instrument, not the system, and the broker's CPU is
+        # charged to the system. librdkafka names every assigned partition in every fetch
+        # (no incremental fetch sessions), so the three idle priorities' 36 partitions cost
+        # the broker a look at each, ~33 times a second (bench/README.md, "Quiet partitions")
         self.requests: dict[str, tuple[int, int]] = {}  # eid -> (emitted_at_ms, received_ms)
-        assign_all(self.consumer, (topics.results, *topics.executions))
+        assign_all(self.consumer, (topics.results, topics.execution("normal")))
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
