@@ -35,10 +35,3 @@ ASSIGNED = Gauge("duetime_projector_assigned_partitions", "Topic partitions this
 DLQ_DEPTH = Gauge(
     "duetime_dlq_depth", "Dead-lettered executions not replayed yet (refreshed every 15 s)"
 )
-QUIET = Gauge(
-    "duetime_projector_quiet_partitions",
-    "Assigned topic partitions left out of the fetches until the broker says they have more",
-)
-QUIET_RESUMES = Counter(
-    "duetime_projector_quiet_resumes_total", "Quiet topic partitions fetched again (new records)"
-)

@@ -58,7 +58,6 @@ from duetime.core.topics import Topics
 from duetime.schemas.codec import Codec
 
 from . import metrics, rows
-from .quiet import Key, QuietPartitions
 from .settings import ProjectorSettings
 from .store import Batch, ProjectionStore
 
@@ -79,8 +78,6 @@ _CONTENT_ERRORS: tuple[type[BaseException], ...] = (
 _PARKED_MEMORY = 100_000
 KAFKA_COMMIT_INTERVAL_S = 1.0
 """How often the projector commits its (informational) offsets to Kafka at most."""
-QUIET_PROBE_TIMEOUT_S = 5.0
-"""The quiet partitions' ListOffsets request waits this long (the loop waits with it)."""
 
 
 class Projector:
@@ -122,10 +119,6 @@ class Projector:
         self._checked_at = 0.0
         self._kafka_offsets: dict[tuple[str, int], int] = {}
         """Projected offsets not yet committed to Kafka (the latest per partition)."""
-        self._quiet = QuietPartitions(settings.quiet_after_s, settings.quiet_probe_s)
-        self._starts: dict[Key, int] = {}
-        """Where each partition was assigned from (PostgreSQL's offset): its position until
-        librdkafka knows one."""
         self._kafka_committed_at = 0.0
         self._stop = threading.Event()
         # acks=all: a parked copy must outlive a broker failure once the offset moves past it
@@ -185,10 +178,8 @@ class Projector:
             while not self._stop.is_set():
                 if self._cycle():
                     self.idle.clear()
-                    self._tend_quiet()
                     continue
                 self._flush_kafka_offsets()
-                self._tend_quiet()
                 if self._check_caught_up() and until_caught_up:
                     break
         finally:
@@ -230,7 +221,6 @@ class Projector:
         for lag in lags[:: max(1, len(lags) // 100)]:  # a sample: ≤ ~100 per batch
             metrics.EVENT_LAG_SECONDS.observe(lag)
         metrics.LAG_SECONDS.set(max(lags, default=0.0))
-        self._quiet.saw(batch.offsets, time.monotonic())
         self._commit_to_kafka(batch)
         if self.on_batch is not None:
             self.on_batch(batch, lags)
@@ -430,10 +420,6 @@ class Projector:
         self.store.forget()  # another projector may have written these partitions meanwhile
         consumer.assign(self._positions(partitions))
         self.assigned = {(tp.topic, tp.partition) for tp in partitions}
-        self._starts = {(tp.topic, tp.partition): max(0, tp.offset) for tp in partitions}
-        self._quiet.clear()  # an assignment replaces the last one, unpaused
-        self._quiet.assigned(self.assigned, time.monotonic())
-        metrics.QUIET.set(0)
         metrics.ASSIGNED.set(len(self.assigned))
         log.info("assigned %s topic partitions", len(partitions), extra={"role": "projector"})
 
@@ -442,9 +428,7 @@ class Projector:
         for tp in partitions:  # its next owner commits it: an older offset would go back
             self._kafka_offsets.pop((tp.topic, tp.partition), None)
         self.assigned -= {(tp.topic, tp.partition) for tp in partitions}
-        self._quiet.revoked((tp.topic, tp.partition) for tp in partitions)
         metrics.ASSIGNED.set(len(self.assigned))
-        metrics.QUIET.set(len(self._quiet.paused))
 
     def _rewind(self) -> None:
         """After a rolled-back batch: go back to what PostgreSQL says was projected."""
@@ -456,7 +440,6 @@ class Projector:
                 self.consumer.seek(tp)
         except Exception as exc:
             log.error("rewind failed (%s): re-joining the group", exc)
-            self._quiet.clear()
             self.consumer.unsubscribe()
             self.consumer.subscribe(
                 self._subscription(),
@@ -487,72 +470,27 @@ class Projector:
         expected = len(self._types) * self.common.partitions
         if len(self.assigned) < expected:
             return False
-        keys = sorted(self.assigned)
-        positions = self._positions_now(keys)
-        ends = self._ends(keys, 10)
-        stored: dict[tuple[str, int], int] | None = None
-        for key in keys:
-            pos = positions.get(key, -1)
-            if pos < 0:  # nothing fetched since the assignment: use what PostgreSQL says
-                stored = self.store.offsets() if stored is None else stored
-                pos = stored.get(key, 0)
-            if pos < ends[key]:
-                return False
-        return True
-
-    def _positions_now(self, keys: list[Key]) -> dict[Key, int]:
-        """librdkafka's position of each partition (negative: none yet)."""
-        tps = self.consumer.position([TopicPartition(t, p) for t, p in keys])
-        return {(tp.topic, tp.partition): tp.offset for tp in tps}
-
-    def _ends(self, keys: list[Key], timeout_s: float) -> dict[Key, int]:
-        """Each partition's last stable offset (what a read_committed reader can reach), in
-        one ListOffsets request (the consumer's own watermark queries queue behind its
-        long-poll fetches: ~0.5 s each). Raises KafkaException."""
+        tps = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        positions = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(tps)}
+        # one ListOffsets request for all partitions (the consumer's own watermark queries
+        # queue behind its long-poll fetches: ~0.5 s each)
         # confluent-kafka leaves OffsetSpec.latest() unannotated; it returns an OffsetSpec
         latest = cast(Callable[[], OffsetSpec], OffsetSpec.latest)()
         futures = self._admin.list_offsets(
-            {TopicPartition(t, p): latest for t, p in keys},
+            {tp: latest for tp in tps},
             isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=timeout_s,
+            request_timeout=10,
         )
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-
-    def _tend_quiet(self) -> None:
-        """Pause the partitions that went quiet; resume the paused ones the broker has more
-        of (``quiet.py``). Called by the loop only (the consumer is not shared)."""
-        quiet, now = self._quiet, time.monotonic()
-        if not quiet.due(now):
-            return
-        idle = quiet.begin(now)
-        if idle:
-            try:
-                self.consumer.pause([TopicPartition(t, p) for t, p in idle])
-                quiet.paused_now(idle)
-            except KafkaException as exc:  # e.g. revoked meanwhile: the next probe tries again
-                log.debug("pausing quiet partitions failed: %s", exc)
-        keys = sorted(quiet.paused)
-        if not keys:
-            metrics.QUIET.set(0)
-            return
-        try:
-            ends: dict[Key, int] = self._ends(keys, QUIET_PROBE_TIMEOUT_S)
-            positions = self._positions_now(keys)
-        except Exception as exc:  # unknown ends resume every paused partition (fail open)
-            log.debug("probing quiet partitions failed: %s", exc)
-            ends, positions = {}, {}
-        for key in keys:
-            if positions.get(key, -1) < 0:  # nothing consumed since the assignment
-                positions[key] = self._starts.get(key, -1)
-        wake = quiet.to_resume(ends, positions)
-        if wake:
-            try:
-                self.consumer.resume([TopicPartition(t, p) for t, p in wake])
-                quiet.resumed(wake, now)
-                metrics.QUIET_RESUMES.inc(len(wake))
-            except KafkaException as exc:
-                log.debug("resuming quiet partitions failed: %s", exc)
-        metrics.QUIET.set(len(quiet.paused))
+        stored: dict[tuple[str, int], int] | None = None
+        for tp, future in futures.items():
+            end = future.result().offset
+            pos = positions.get((tp.topic, tp.partition), -1)
+            if pos < 0:  # nothing fetched since the assignment: use what PostgreSQL says
+                stored = self.store.offsets() if stored is None else stored
+                pos = stored.get((tp.topic, tp.partition), 0)
+            if pos < end:
+                return False
+        return True
 
     # --- beside the loop ------------------------------------------------------------------
 

@@ -18,11 +18,6 @@ class ProjectorSettings:
     """Execution history kept; older daily partitions are dropped."""
     housekeeping_interval_s: float = 3600.0
     """How often partitions are created ahead and old ones dropped."""
-    quiet_after_s: float = 2.0
-    """A topic partition that brought no record for this long is left out of the fetches
-    until the broker says it has more (0: fetch every partition always; ``quiet.py``)."""
-    quiet_probe_s: float = 0.2
-    """How often the quiet partitions' ends are read: what a record landing in one may wait."""
 
     @property
     def group_id(self) -> str:
@@ -37,9 +32,5 @@ class ProjectorSettings:
             retention_days=env.integer("DUETIME_RETENTION_DAYS", cls.retention_days, 1, 3650),
             housekeeping_interval_s=env.number(
                 "DUETIME_PROJECTOR_HOUSEKEEPING_S", cls.housekeeping_interval_s, 1, 86400
-            ),
-            quiet_after_s=env.number("DUETIME_PROJECTOR_QUIET_AFTER_S", cls.quiet_after_s, 0, 3600),
-            quiet_probe_s=env.number(
-                "DUETIME_PROJECTOR_QUIET_PROBE_S", cls.quiet_probe_s, 0.01, 60
             ),
         )
