@@ -83,9 +83,14 @@ def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
     meter = CpuMeter({"me": os.getpid()}, interval_s=0.02)
     _burn(0.3)  # before the window: in the lifetime, not in the window
     meter.start()
+    # idle readings on both sides of the window's edges: the busy loop holds the GIL, and on
+    # a loaded box the sampler could miss an edge by a whole burn (the window then got a
+    # share of the CPU spent after it: 0.12 s once, under ./run test's parallel workers)
+    time.sleep(0.1)
     begin = time.time()
     _burn(0.4)
     end = time.time()
+    time.sleep(0.1)
     _burn(0.3)  # after the window's end, before stop: not in the window either
     meter.stop()
     whole = meter.seconds()["me"]
