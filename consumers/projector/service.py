@@ -120,6 +120,8 @@ class Projector:
         self._kafka_offsets: dict[tuple[str, int], int] = {}
         """Projected offsets not yet committed to Kafka (the latest per partition)."""
         self._kafka_committed_at = 0.0
+        self._written_at = 0.0
+        """When the last batch was written (monotonic): the next waits for ``gather_s``."""
         self._stop = threading.Event()
         # acks=all: a parked copy must outlive a broker failure once the offset moves past it
         self._poison = kafka.producer(
@@ -194,6 +196,11 @@ class Projector:
     # --- the loop -------------------------------------------------------------------------
 
     def _cycle(self) -> int:
+        # gather: the batch before this one was written less than gather_s ago (under load),
+        # so wait out the rest and take everything fetched meanwhile in one transaction
+        rest = self._written_at + self.settings.gather_s - time.monotonic()
+        if rest > 0 and self._stop.wait(rest):
+            return 0
         msgs = kafka.read_batch(self.consumer, self.settings.batch_size, self.settings.poll_s)
         if not msgs:
             metrics.LAG_SECONDS.set(0.0)
@@ -214,7 +221,10 @@ class Projector:
             self._rewind()
             return 0
         done = self.clock.now_ms() / 1000
-        metrics.BATCH_SECONDS.observe(time.monotonic() - started)
+        now = time.monotonic()
+        # a full batch means a backlog: the next one is read at once
+        self._written_at = now if len(msgs) < self.settings.batch_size else 0.0
+        metrics.BATCH_SECONDS.observe(now - started)
         metrics.BATCHES.inc()
         metrics.ROWS.inc(batch.rows_written())
         lags = [max(0.0, done - m.timestamp()[1] / 1000) for m in msgs if m.error() is None]

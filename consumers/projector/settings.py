@@ -18,6 +18,9 @@ class ProjectorSettings:
     """Execution history kept; older daily partitions are dropped."""
     housekeeping_interval_s: float = 3600.0
     """How often partitions are created ahead and old ones dropped."""
+    gather_s: float = 0.1
+    """A batch is written at most this often: what arrives meanwhile joins the next one
+    (fewer, larger PostgreSQL transactions under load; an idle projector writes at once)."""
 
     @property
     def group_id(self) -> str:
@@ -33,4 +36,6 @@ class ProjectorSettings:
             housekeeping_interval_s=env.number(
                 "DUETIME_PROJECTOR_HOUSEKEEPING_S", cls.housekeeping_interval_s, 1, 86400
             ),
+            gather_s=env.integer("DUETIME_PROJECTOR_GATHER_MS", int(cls.gather_s * 1000), 0, 10_000)
+            / 1000,
         )
