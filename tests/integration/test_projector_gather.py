@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from confluent_kafka import Producer
+from prometheus_client import REGISTRY
 
-from duetime.consumers.projector import metrics
 from duetime.consumers.projector.service import Projector
 from duetime.consumers.projector.settings import ProjectorSettings
 from duetime.core.config import CommonSettings
@@ -52,7 +52,8 @@ def jobs_projected(settings: CommonSettings) -> int:
 
 
 def batches() -> float:
-    return float(metrics.BATCHES._value.get())
+    value = REGISTRY.get_sample_value("duetime_projector_batches_total")
+    return 0.0 if value is None else value
 
 
 def test_a_stream_of_records_is_written_in_gathered_batches(settings: CommonSettings) -> None:
