@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -199,7 +199,16 @@ def _run_on_then_cancel(
         for job_id in crons:
             client.cancel(job_id)
         client.flush()
-    wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
+    try:
+        wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
+    except AssertionError as exc:  # say which: a cancel that reached a running run (a failure)
+        final = scenario.recorder.final_statuses()
+        odd = {e: s for e, s in final.items() if s not in ("success", "dead")}
+        no_result = sorted(set(scenario.recorder.executions) - set(final))
+        raise AssertionError(
+            f"{exc}; last statuses not final: {dict(Counter(odd.values()))}, e.g. "
+            f"{sorted(odd)[:3]}; no result at all: {len(no_result)}, e.g. {no_result[:3]}"
+        ) from None
 
 
 def _one_time_violations(scenario: Scenario, one_time: dict[str, JobCreated]) -> list[str]:
