@@ -202,9 +202,7 @@ def _run_on_then_cancel(
     try:
         wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
     except AssertionError as exc:  # say which: a cancel that reached a running run (a failure)
-        final = scenario.recorder.final_statuses()
-        odd = {e: s for e, s in final.items() if s not in ("success", "dead")}
-        no_result = sorted(set(scenario.recorder.executions) - set(final))
+        odd, no_result = _not_final(scenario)
         raise AssertionError(
             f"{exc}; last statuses not final: {dict(Counter(odd.values()))}, e.g. "
             f"{sorted(odd)[:3]}; no result at all: {len(no_result)}, e.g. {no_result[:3]}"
@@ -223,10 +221,16 @@ def _one_time_violations(scenario: Scenario, one_time: dict[str, JobCreated]) ->
 
 
 def _all_results_final(scenario: Scenario) -> bool:
+    odd, no_result = _not_final(scenario)
+    return not odd and not no_result
+
+
+def _not_final(scenario: Scenario) -> tuple[dict[str, str], list[str]]:
+    """The executions whose last result is neither success nor dead (with it), and those with
+    no result at all."""
     final = scenario.recorder.final_statuses()
-    return set(scenario.recorder.executions) <= set(final) and all(
-        s in ("success", "dead") for s in final.values()
-    )
+    odd = {e: s for e, s in final.items() if s not in ("success", "dead")}
+    return odd, sorted(set(scenario.recorder.executions) - set(final))
 
 
 def _one_time_statuses(scenario: Scenario, jobs: dict[str, Any]) -> dict[str, str]:

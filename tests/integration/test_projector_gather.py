@@ -3,7 +3,6 @@ a batch is written at most every ``gather_s``; a backlog (full batches) is read 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,29 +10,24 @@ from contextlib import contextmanager
 from confluent_kafka import Producer
 from prometheus_client import REGISTRY
 
-from duetime.consumers.projector.service import Projector
 from duetime.consumers.projector.settings import ProjectorSettings
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schemas.codec import Codec
 from tests.helpers import wait_for
-from tests.integration.test_projector_support import pg_rows
+from tests.integration.test_projector_support import RunningProjector, pg_rows
 
 HTTP = {"type": "http", "url": "http://127.0.0.1:9/none"}
 
 
 @contextmanager
-def projecting(settings: ProjectorSettings) -> Iterator[Projector]:
-    projector = Projector(settings)
-    thread = threading.Thread(target=projector.run, daemon=True)
-    thread.start()
+def projecting(settings: ProjectorSettings) -> Iterator[RunningProjector]:
+    running = RunningProjector(settings.common, projector_settings=settings)
     try:
-        yield projector
+        yield running
     finally:
-        projector.stop()
-        thread.join(30)
-        assert not thread.is_alive()
+        running.stop()
 
 
 def definitions(settings: CommonSettings, n: int) -> list[tuple[str, bytes]]:

@@ -24,8 +24,17 @@ from tests.helpers import wait_for
 
 
 class RunningProjector:
-    def __init__(self, settings: CommonSettings, *, rebuild: bool = False) -> None:
-        self.projector = Projector(ProjectorSettings(common=settings, poll_s=0.05))
+    def __init__(
+        self,
+        settings: CommonSettings,
+        *,
+        rebuild: bool = False,
+        projector_settings: ProjectorSettings | None = None,
+    ) -> None:
+        """``projector_settings``: instead of the default ones (a 50 ms poll)."""
+        self.projector = Projector(
+            projector_settings or ProjectorSettings(common=settings, poll_s=0.05)
+        )
         if rebuild:
             self.projector.rebuild()
         self.thread = threading.Thread(target=self.projector.run, daemon=True)
