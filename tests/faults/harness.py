@@ -271,7 +271,7 @@ class Recorder:
         self.codec = Codec()
         self.requests = 0
         self.executions: set[str] = set()
-        self.results: dict[str, str] = {}
+        self.results: dict[str, tuple[str, str | None]] = {}
         self.undecodable = 0
         self.positions: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
@@ -331,9 +331,13 @@ class Recorder:
                         "lease_token", "scheduled_at_ms", "started_at_ms", "finished_at_ms",
                     )
                 },
+                reason=(record.get("error") or {}).get("reason"),
             )  # fmt: skip
             with self._lock:
-                self.results[record["execution_id"]] = record["status"]
+                self.results[record["execution_id"]] = (
+                    record["status"],
+                    (record.get("error") or {}).get("reason"),
+                )
             return
         self.history.add(
             "request",
@@ -353,7 +357,8 @@ class Recorder:
     def seen_jobs(self) -> int:
         return self.requests
 
-    def final_statuses(self) -> dict[str, str]:
+    def final_statuses(self) -> dict[str, tuple[str, str | None]]:
+        """Each execution's last result: its status and, for a failure, the error's reason."""
         with self._lock:
             return dict(self.results)
 

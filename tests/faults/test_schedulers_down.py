@@ -72,11 +72,11 @@ def test_all_schedulers_down_then_each_misfire_and_overlap_policy_does_what_it_d
         restarted_ms = SYSTEM_CLOCK.now_ms()
         fault.update(down_s=down_s, k_ms=k_ms)
     scenario.schedulers_own_all(2)
-    _run_on_then_cancel(scenario, crons, restarted_ms)
+    cancelled_ms = _run_on_then_cancel(scenario, crons, restarted_ms)
     events = scenario.history.events()
 
     violations, expectations, handled_ms = judge(
-        events, crons, one_time, k_ms, restarted_ms, killed_ms
+        events, crons, one_time, k_ms, restarted_ms, cancelled_ms
     )
     for job_id, expect in expectations.items():
         job = crons.get(job_id) or one_time[job_id]
@@ -174,12 +174,10 @@ def _create_one_time_jobs(scenario: Scenario) -> dict[str, JobCreated]:
     return one_time
 
 
-def _run_on_then_cancel(
-    scenario: Scenario, crons: dict[str, JobCreated], restarted_ms: int
-) -> None:
+def _run_on_then_cancel(scenario: Scenario, crons: dict[str, JobCreated], restarted_ms: int) -> int:
     """The catch-up, then AFTER_S of regular runs (every cron has been requested for an
     occurrence AFTER_S past the restart); then the crons are cancelled and every execution
-    ends."""
+    ends (a run the cancel reached ends cancelled). Returns when the cancel was sent."""
 
     def fired_since(from_ms: int) -> bool:
         latest: dict[str, int] = {}
@@ -195,18 +193,20 @@ def _run_on_then_cancel(
         f"every cron to fire {AFTER_S} s after the restart",
         1,
     )
+    cancelled_ms = SYSTEM_CLOCK.now_ms()
     with scenario.job_client() as client:  # stop the crons so every execution can end
         for job_id in crons:
             client.cancel(job_id)
         client.flush()
     try:
         wait_for(lambda: _all_results_final(scenario), 120, "every execution to end", interval_s=1)
-    except AssertionError as exc:  # say which: a cancel that reached a running run (a failure)
+    except AssertionError as exc:  # say which, and their last results
         odd, no_result = _not_final(scenario)
         raise AssertionError(
-            f"{exc}; last statuses not final: {dict(Counter(odd.values()))}, e.g. "
+            f"{exc}; last results not final: {dict(Counter(odd.values()))}, e.g. "
             f"{sorted(odd)[:3]}; no result at all: {len(no_result)}, e.g. {no_result[:3]}"
         ) from None
+    return cancelled_ms
 
 
 def _one_time_violations(scenario: Scenario, one_time: dict[str, JobCreated]) -> list[str]:
@@ -225,12 +225,16 @@ def _all_results_final(scenario: Scenario) -> bool:
     return not odd and not no_result
 
 
-def _not_final(scenario: Scenario) -> tuple[dict[str, str], list[str]]:
-    """The executions whose last result is neither success nor dead (with it), and those with
-    no result at all."""
+def _not_final(scenario: Scenario) -> tuple[dict[str, tuple[str, str | None]], list[str]]:
+    """The executions whose last result is not final (with it: status and reason), and those
+    with no result at all. Final: success, dead, or a failure the scenario's cancel caused."""
     final = scenario.recorder.final_statuses()
-    odd = {e: s for e, s in final.items() if s not in ("success", "dead")}
+    odd = {e: r for e, r in final.items() if r[0] not in ("success", "dead") and not _by_cancel(r)}
     return odd, sorted(set(scenario.recorder.executions) - set(final))
+
+
+def _by_cancel(result: tuple[str, str | None]) -> bool:
+    return result == ("failure", "cancelled")
 
 
 def _one_time_statuses(scenario: Scenario, jobs: dict[str, Any]) -> dict[str, str]:
@@ -247,9 +251,13 @@ def judge(
     one_time: dict[str, JobCreated],
     k_ms: int,
     restarted_ms: int,
-    killed_ms: int,
+    cancelled_ms: int,
 ) -> tuple[list[str], dict[str, list[int]], int]:
     """Policy violations, each job's expected occurrences, and the latest catch-up time.
+
+    The scenario ends by cancelling the crons (at ``cancelled_ms``): a run the cancel reached
+    ends cancelled, without an effect, and is not expected; a cancelled run of an occurrence
+    due more than two periods before it is a violation (nothing else cancels).
 
     Catch-up runs: requests with trigger misfire, and runs of occurrences due before the
     restart (queue_one's held one fires with trigger schedule once the first ended).
@@ -262,6 +270,12 @@ def judge(
         if e["kind"] == "request" and e["attempt"] == 1:
             requests[e["job_id"]].append(e)
     violations: list[str] = []
+    stopped: set[tuple[str, int]] = set()  # occurrences the scenario's cancel stopped
+    for e in events:
+        if e["kind"] == "result" and e.get("reason") == "cancelled":
+            if e["scheduled_at_ms"] < cancelled_ms - 2 * PERIOD_MS:
+                violations.append(f"{e['job_id']}: {e['scheduled_at_ms']} cancelled early")
+            stopped.add((e["job_id"], e["scheduled_at_ms"]))
     expectations: dict[str, list[int]] = {}
     missed = list(range(k_ms + period_ms, restarted_ms - THRESHOLD_S * 1000, period_ms))
     handled_all: list[int] = []
@@ -305,7 +319,9 @@ def judge(
         regular_from += (-regular_from) % period_ms
         last = max((r["scheduled_at_ms"] for r in mine), default=regular_from)
         expectations[job_id] = sorted(
-            set(before) | set(want) | set(range(regular_from, last + 1, period_ms))
+            t
+            for t in set(before) | set(want) | set(range(regular_from, last + 1, period_ms))
+            if (job_id, t) not in stopped
         )
     for job_id, job in one_time.items():
         schedule = job.definition.schedule
