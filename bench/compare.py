@@ -50,7 +50,8 @@ MEASURED = (
     "jobs started ÷ (last start − first due); CPU per job (cpu_ms_per_job) = CPU seconds of "
     "every process of the system over the scenario's window, from just before the first job "
     "is created to the last start (http: arrival), the same edges for every system "
-    "(cpu_window; the lead before the first due time differs), ÷ jobs completed; "
+    "(cpu_window), with the same lead before the first due time (10 s at a rate, 20 s before "
+    "a burst of 10,000), ÷ jobs completed; "
     "cpu_s_lifetime keeps each process's CPU from its own start (a fresh broker's JVM "
     "start-up and JIT, idle time) beside it, not counted per job"
 )
