@@ -72,13 +72,13 @@ WORKER_CONCURRENCY = 500
 METRICS_BASE_PORT = 19400
 SCHEDULER_METRICS_PORT = 19399
 SDK_TIMEOUT_S = 120.0
+"""The SDK's wait for acknowledgements: on a box shared with other work, 10,000 creates at
+once outwaited the default 15 s."""
 READER_FETCH = {"fetch.wait.max.ms": 500, "fetch.min.bytes": 1 << 20}
 RATE_LEAD_S = 10.0
 """``worker rate``: the first job is due this long after the roles are up, the peers' lead
 (bench.peers.common.Workload.effective_lead_s), so every system's CPU window spans the same
 seconds; creating all the jobs up front takes 1.5 s at 350/s."""
-"""The SDK's wait for acknowledgements: on a box shared with other work, 10,000 creates at
-once outwaited the default 15 s."""
 
 
 async def noop(ctx: Any) -> None:

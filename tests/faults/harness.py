@@ -321,6 +321,7 @@ class Recorder:
             self.history.add("undecodable", **where, error=str(exc)[:200])
             return
         if is_result:
+            reason = (record.get("error") or {}).get("reason")
             self.history.add(
                 "result",
                 **where,
@@ -331,13 +332,10 @@ class Recorder:
                         "lease_token", "scheduled_at_ms", "started_at_ms", "finished_at_ms",
                     )
                 },
-                reason=(record.get("error") or {}).get("reason"),
+                reason=reason,
             )  # fmt: skip
             with self._lock:
-                self.results[record["execution_id"]] = (
-                    record["status"],
-                    (record.get("error") or {}).get("reason"),
-                )
+                self.results[record["execution_id"]] = (record["status"], reason)
             return
         self.history.add(
             "request",

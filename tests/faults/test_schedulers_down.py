@@ -274,7 +274,8 @@ def judge(
     for e in events:
         if e["kind"] == "result" and e.get("reason") == "cancelled":
             if e["scheduled_at_ms"] < cancelled_ms - 2 * PERIOD_MS:
-                violations.append(f"{e['job_id']}: {e['scheduled_at_ms']} cancelled early")
+                name = crons[e["job_id"]].definition.name if e["job_id"] in crons else e["job_id"]
+                violations.append(f"{name}: {_rel([e['scheduled_at_ms']], k_ms)} cancelled early")
             stopped.add((e["job_id"], e["scheduled_at_ms"]))
     expectations: dict[str, list[int]] = {}
     missed = list(range(k_ms + period_ms, restarted_ms - THRESHOLD_S * 1000, period_ms))
