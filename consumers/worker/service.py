@@ -723,9 +723,15 @@ class Worker:
     # --- rebalancing (called on the loop) -------------------------------------------------
 
     def _on_assigned(self, tps: list[TP]) -> None:
+        """Each new partition takes its topic's flow state, both ways: librdkafka keeps a
+        partition's pause flag across a revocation and a new assignment, so one paused when it
+        was revoked, and given back after its topic was resumed (which reaches only the
+        partitions assigned then), would otherwise never be fetched again (the limits fault
+        scenario at full size: a worker's partition stalled for good, 530 jobs with it)."""
         self.state.assigned.update(tps)
         paused = [tp for tp in tps if tp[0] in self.state.paused]
         self._set_paused(paused, True)
+        self._set_paused([tp for tp in tps if tp[0] not in self.state.paused], False)
         log.info("assigned %s partitions (now %s)", len(tps), len(self.state.assigned))
         if tps:
             self._tasks.append(asyncio.create_task(self._log_new_partitions(tps)))

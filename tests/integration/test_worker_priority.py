@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from duetime.consumers.worker.settings import WorkerSettings
 from duetime.core.config import CommonSettings
@@ -51,7 +51,9 @@ class Requests:
         self.codec = Codec()
         self.producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "linger.ms": 5})
 
-    def send(self, priority: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def send(
+        self, priority: str, payload: dict[str, Any], partition: int | None = None
+    ) -> dict[str, Any]:
         record = request(priority, payload)
         while True:
             try:
@@ -59,6 +61,7 @@ class Requests:
                     self.topics.execution(priority),
                     self.codec.encode("execution", record),
                     key=record["job_id"],
+                    partition=-1 if partition is None else partition,  # -1: by the key
                 )
                 break
             except BufferError:
@@ -118,6 +121,29 @@ def test_a_critical_job_overtakes_a_backlog_of_5000_low_ones(
         assert low_done < 5000, "the backlog must still be there for the test to mean something"
         # 2 of 10 slots are reserved: non-critical work never ran in more than 8
         assert support.MAX_RUNNING["non_critical"] == 8
+    finally:
+        worker.stop()
+
+
+def test_a_partition_given_back_after_its_topic_resumed_is_fetched_again(
+    settings: CommonSettings, requests: Requests
+) -> None:
+    # librdkafka keeps a partition's pause flag across a revocation and a new assignment: a
+    # partition paused (a full buffer) when it was revoked, given back after its topic was
+    # resumed (which reaches only the partitions assigned then), stayed paused for good and
+    # its jobs never ran (the limits fault scenario at full size). Here the stale flag is set
+    # on the real consumer and the assignment's notice given as the rebalance gives it; the
+    # topic is not paused in the worker, so the partition must be fetched.
+    worker = start(settings)
+    try:
+        low_topic = Topics(settings.topic_prefix).execution(Priority.LOW)
+        consumer = worker.worker.consumer.consumer
+        stale = [TopicPartition(low_topic, 0)]
+        worker.worker.consumer.call(lambda: consumer.pause(stale))
+        worker.loop.call_soon_threadsafe(worker.worker._on_assigned, [(low_topic, 0)])
+        record = requests.send("low", {"sleep_s": 0}, partition=0)
+        requests.flush()
+        wait_for(lambda: record["execution_id"] in support.STARTED, 15, "the job to start")
     finally:
         worker.stop()
 
