@@ -258,6 +258,10 @@ class PartitionOwner:
         and the partition started over: whatever the blocked call returns changes nothing."""
         self.owned_since_ms = clock.now_ms()
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
+        self.proven_at = time.monotonic()
+        """When the producer last answered: made (``init_transactions`` done) or a transaction
+        committed. A commit stall starts over the owners not proven since (the scheduler's
+        ``_commit_all``)."""
         self._input_ends: dict[str, int] | None = None
         """Input offsets to read before firing (None: not looked up yet; empty: read)."""
         self._input_highs: dict[str, int] = {}
@@ -867,6 +871,7 @@ class PartitionOwner:
             return None
         if self.abandoned:
             return None
+        self.proven_at = time.monotonic()
         self.store.commit()
         self.fairness.commit()
         self._count(p, now_ms)
@@ -970,6 +975,7 @@ class PartitionOwner:
         a new fenced producer, a store restored from the state topic, inputs rewound."""
         self.pending = Pending()
         self.producer = self._make_producer(self.partition)
+        self.proven_at = time.monotonic()
         self.store.close()
         self.store = StateStore(self._store_path, self._window_ms)
         self.restore()

@@ -18,9 +18,9 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
@@ -49,6 +49,19 @@ def fire_order(partitions: Iterable[int], first: int) -> list[int]:
     ordered = sorted(partitions)
     start = next((i for i, p in enumerate(ordered) if p >= first), 0)
     return ordered[start:] + ordered[:start]
+
+
+class _Proven(Protocol):
+    proven_at: float
+
+
+_Owner = TypeVar("_Owner", bound=_Proven)
+
+
+def unproven(owners: Mapping[int, _Owner], busy: Sequence[_Owner], since: float) -> list[_Owner]:
+    """The owners, in partition order, that were not committing in a round (``busy``) and
+    whose producers have not answered since ``since`` (``PartitionOwner.proven_at``)."""
+    return [o for _, o in sorted(owners.items()) if o not in busy and o.proven_at < since]
 
 
 def read_limit(bursting: bool, batch_size: int, cycle_fire_limit: int) -> int:
@@ -369,7 +382,15 @@ class Scheduler:
         """Commit the busy partitions; one whose transaction calls are still blocked after
         DUETIME_SCHEDULER_COMMIT_STALL_S is given up and started over with a new producer
         (``init_transactions`` fences the stuck one), so one wedged client cannot stop every
-        partition of the scheduler."""
+        partition of the scheduler.
+
+        A stall starts over the idle partitions too whose producers have not answered since
+        the round began: the stall's known cause (a group coordinator cached before a broker
+        restart, confluentinc/librdkafka#5456) is in every producer that lived through the
+        restart, and each would otherwise stall in a round of its own at its next commit (the
+        broker-SIGKILL fault scenario: 20 s, then 22 s more for one partition idle in the
+        first round). The busy ones that committed in the round have proven theirs."""
+        began = time.monotonic()
         futures = {self._pool.submit(self._commit, owner): owner for owner in busy}
         _, stuck = wait(futures, timeout=self.settings.commit_stall_s)
         if not stuck:
@@ -383,6 +404,15 @@ class Scheduler:
                 "it over with a new producer",
                 owner.partition,
                 self.settings.commit_stall_s,
+                extra={"partition": owner.partition},
+            )
+            self._lost[owner.partition] = owner
+        for owner in unproven(self.owners, busy, began):
+            owner.abandoned = True
+            log.warning(
+                "partition %s: starting it over with a new producer too: it has not committed "
+                "since before the stall, and would likely stall the same way",
+                owner.partition,
                 extra={"partition": owner.partition},
             )
             self._lost[owner.partition] = owner

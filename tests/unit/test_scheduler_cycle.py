@@ -3,10 +3,12 @@ first, and how many input records a cycle reads while a burst is being fired."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duetime.schedulers.service import fire_order, read_limit
+from duetime.schedulers.service import fire_order, read_limit, unproven
 
 partitions = st.sets(st.integers(0, 255), max_size=64)
 
@@ -43,3 +45,31 @@ def test_a_burst_reads_a_fifth_of_the_fire_budget_never_nothing(
         assert limit == max(1, min(batch_size, cycle_fire_limit // 5))
     else:
         assert limit == batch_size
+
+
+@dataclass(eq=False)
+class _Owner:
+    proven_at: float
+
+
+def test_a_stall_starts_over_the_idle_partitions_not_proven_since_the_round_began() -> None:
+    owners = {0: _Owner(5.0), 1: _Owner(12.0), 2: _Owner(3.0), 3: _Owner(9.0)}
+    # the round began at 10: 0 was committing (its own stall decides), 1 committed since
+    assert unproven(owners, [owners[0]], 10.0) == [owners[2], owners[3]]
+
+
+@given(
+    proven=st.dictionaries(st.integers(0, 63), st.floats(0, 100), max_size=32),
+    committing=st.sets(st.integers(0, 63)),
+    since=st.floats(0, 100),
+)
+def test_every_idle_unproven_owner_is_started_over_and_no_other(
+    proven: dict[int, float], committing: set[int], since: float
+) -> None:
+    owners = {p: _Owner(at) for p, at in proven.items()}
+    busy = [owners[p] for p in sorted(committing) if p in owners]
+    again = unproven(owners, busy, since)
+    assert not any(o in busy or o.proven_at >= since for o in again)
+    left = [o for o in owners.values() if o not in again]
+    assert all(o in busy or o.proven_at >= since for o in left)
+    assert again == [o for _, o in sorted(owners.items()) if o in again]  # partition order
