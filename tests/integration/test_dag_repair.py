@@ -38,7 +38,10 @@ def ended(reader: TopicReader, run_id: str, status: str, resolver: ResolverProce
             None,
         )
 
-    return wait_for(found, 60, f"run {run_id} to end {status}")
+    try:
+        return wait_for(found, 60, f"run {run_id} to end {status}")
+    except AssertionError as exc:  # say what the resolver did (once seen: a 60 s timeout)
+        raise AssertionError(f"{exc}\nthe resolver's log:\n{resolver.log()[-4000:]}") from None
 
 
 def fatal_until(fixed: threading.Event, key: str) -> Any:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from bench.cpu import CpuMeter, Timeline, per_job, window_figures
 from bench.http_rate import last_arrival_s
 from bench.peers.common import last_start_s
+from tests.helpers import wait_for
 
 readings = st.lists(st.tuples(st.floats(0.01, 10.0), st.floats(0.0, 5.0)), min_size=1, max_size=30)
 
@@ -79,18 +80,25 @@ def _burn(cpu_s: float) -> None:
         pass
 
 
+def _idle_until_read(meter: CpuMeter, after_s: float) -> None:
+    """Sleep until the meter's sampler has taken a reading later than ``after_s``."""
+    times = meter.timelines["me"].times_s
+    wait_for(lambda: times and times[-1] > after_s, 10, "a reading of the idle gap", 0.01)
+
+
 def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
     meter = CpuMeter({"me": os.getpid()}, interval_s=0.02)
     _burn(0.3)  # before the window: in the lifetime, not in the window
     meter.start()
     # idle readings on both sides of the window's edges: the busy loop holds the GIL, and on
     # a loaded box the sampler could miss an edge by a whole burn (the window then got a
-    # share of the CPU spent after it: 0.12 s once, under ./run test's parallel workers)
-    time.sleep(0.1)
+    # share of the CPU spent after it: 0.12 s once, 0.26 s another time with fixed 0.1 s idle
+    # gaps, under ./run test's parallel workers), so each gap lasts until it has a reading
+    _idle_until_read(meter, time.time())
     begin = time.time()
     _burn(0.4)
     end = time.time()
-    time.sleep(0.1)
+    _idle_until_read(meter, end)
     _burn(0.3)  # after the window's end, before stop: not in the window either
     meter.stop()
     whole = meter.seconds()["me"]
