@@ -38,9 +38,11 @@ def ended(reader: TopicReader, run_id: str, status: str, resolver: ResolverProce
             None,
         )
 
+    # 120 s: under ./run test's parallel load a new resolver once logged nothing past its
+    # start-up for 60 s (faust's start and the group's join), twice timing this wait out
     try:
-        return wait_for(found, 60, f"run {run_id} to end {status}")
-    except AssertionError as exc:  # say what the resolver did (once seen: a 60 s timeout)
+        return wait_for(found, 120, f"run {run_id} to end {status}")
+    except AssertionError as exc:  # say what the resolver did
         raise AssertionError(f"{exc}\nthe resolver's log:\n{resolver.log()[-4000:]}") from None
 
 

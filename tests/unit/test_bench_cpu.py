@@ -80,10 +80,11 @@ def _burn(cpu_s: float) -> None:
         pass
 
 
-def _idle_until_read(meter: CpuMeter, after_s: float) -> None:
-    """Sleep until the meter's sampler has taken a reading later than ``after_s``."""
+def _idle_until_read(meter: CpuMeter, after_s: float) -> float:
+    """Sleep until the meter's sampler has taken a reading later than ``after_s``; its time."""
     times = meter.timelines["me"].times_s
     wait_for(lambda: times and times[-1] > after_s, 10, "a reading of the idle gap", 0.01)
+    return times[-1]
 
 
 def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
@@ -93,12 +94,11 @@ def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
     # idle readings on both sides of the window's edges: the busy loop holds the GIL, and on
     # a loaded box the sampler could miss an edge by a whole burn (the window then got a
     # share of the CPU spent after it: 0.12 s once, 0.26 s another time with fixed 0.1 s idle
-    # gaps, under ./run test's parallel workers), so each gap lasts until it has a reading
-    _idle_until_read(meter, time.time())
-    begin = time.time()
+    # gaps, under ./run test's parallel workers): each gap lasts until it has a reading, and
+    # the window's edges are those readings (idle on both sides: exact, not interpolated)
+    begin = _idle_until_read(meter, time.time())
     _burn(0.4)
-    end = time.time()
-    _idle_until_read(meter, end)
+    end = _idle_until_read(meter, time.time())
     _burn(0.3)  # after the window's end, before stop: not in the window either
     meter.stop()
     whole = meter.seconds()["me"]
