@@ -395,9 +395,8 @@ class Scheduler:
         _, stuck = wait(futures, timeout=self.settings.commit_stall_s)
         if not stuck:
             return
-        for future in stuck:
-            owner = futures[future]
-            owner.abandoned = True  # whatever the blocked call returns, it changes nothing
+        stalled = [futures[future] for future in stuck]
+        for owner in stalled:
             metrics.TXN_ABORTS.labels(reason="stalled").inc()
             log.error(
                 "partition %s: its transaction calls did not return within %.0f s: starting "
@@ -406,15 +405,16 @@ class Scheduler:
                 self.settings.commit_stall_s,
                 extra={"partition": owner.partition},
             )
-            self._lost[owner.partition] = owner
-        for owner in unproven(self.owners, busy, began):
-            owner.abandoned = True
+        suspects = unproven(self.owners, busy, began)
+        for owner in suspects:
             log.warning(
                 "partition %s: starting it over with a new producer too: it has not committed "
                 "since before the stall, and would likely stall the same way",
                 owner.partition,
                 extra={"partition": owner.partition},
             )
+        for owner in stalled + suspects:  # started over by the loop (_retake_lost)
+            owner.abandoned = True  # whatever a blocked call returns, it changes nothing
             self._lost[owner.partition] = owner
         # the stuck calls keep their threads: later cycles get fresh ones
         self._pool.shutdown(wait=False)
