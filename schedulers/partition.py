@@ -260,8 +260,9 @@ class PartitionOwner:
         """Occurrences due before this fell due while nobody owned the partition: misfires."""
         self.proven_at = time.monotonic()
         """When the producer last answered: made (``init_transactions`` done) or a transaction
-        committed. A commit stall starts over the owners not proven since (the scheduler's
-        ``_commit_all``)."""
+        that sent input offsets committed (the call that stalls: a commit without offsets
+        never asks for the group coordinator). A commit stall starts over the owners not
+        proven since (the scheduler's ``_commit_all``)."""
         self._input_ends: dict[str, int] | None = None
         """Input offsets to read before firing (None: not looked up yet; empty: read)."""
         self._input_highs: dict[str, int] = {}
@@ -871,7 +872,8 @@ class PartitionOwner:
             return None
         if self.abandoned:
             return None
-        self.proven_at = time.monotonic()
+        if p.offsets:
+            self.proven_at = time.monotonic()
         self.store.commit()
         self.fairness.commit()
         self._count(p, now_ms)
