@@ -264,9 +264,14 @@ class HostileStack:
         return resp.json()
 
     def wait_job(
-        self, job_id: str, statuses: tuple[str, ...] = TERMINAL, timeout_s: float = 60
+        self,
+        job_id: str,
+        statuses: tuple[str, ...] = TERMINAL,
+        timeout_s: float = 60,
+        others: dict[str, Role] | None = None,
     ) -> dict[str, Any]:
-        """GET /v1/jobs/{id} until its status is one of ``statuses`` (roles checked on the way)."""
+        """GET /v1/jobs/{id} until its status is one of ``statuses`` (roles checked on the way);
+        a timeout says what :meth:`explain` knows (``others``: roles the test started itself)."""
         last: dict[str, Any] = {}
 
         def reached() -> bool:
@@ -278,8 +283,24 @@ class HostileStack:
                 last = resp.json()
             return last.get("status") in statuses
 
-        wait_for(reached, timeout_s, f"job {job_id} to reach {statuses}", interval_s=0.2)
+        try:
+            wait_for(reached, timeout_s, f"job {job_id} to reach {statuses}", interval_s=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.explain(job_id, last, others)}") from None
         return last
+
+    def explain(
+        self, job_id: str, last: dict[str, Any], others: dict[str, Role] | None = None
+    ) -> str:
+        """What a timed-out wait knew: the job as last read, its executions, and what each
+        role logged last (INFO and above), so a failure far away (CI) can be read."""
+        resp = self.api.get(f"/v1/jobs/{job_id}/executions")
+        parts = [f"job: {json.dumps(last)[:1500]}", f"executions: {resp.text[:3000]}"]
+        logs = self.logs() | {name: role.log() for name, role in (others or {}).items()}
+        for name, text in logs.items():
+            lines = [line for line in text.splitlines() if " DEBUG " not in line]
+            parts.append(f"--- {name}, last lines ---\n" + "\n".join(lines[-25:]))
+        return "\n".join(parts)
 
     def executions(self, job_id: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.get_json(f"/v1/jobs/{job_id}/executions")["items"]

@@ -141,7 +141,8 @@ def test_limits_hold_across_two_workers(stack: HostileStack) -> None:
             "burst": BURST,
         }
         for job_id in ids:
-            assert stack.wait_job(job_id, timeout_s=90)["status"] == "success"
+            job = stack.wait_job(job_id, timeout_s=90, others={"limits-worker": second})
+            assert job["status"] == "success", job
         calls = sink.snapshot()
         assert sorted(c.job_id for c in calls) == sorted(ids)  # each ran, once
         assert duplicates(calls) == 0
