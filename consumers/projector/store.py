@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from duetime.core.cancel import flag_cancelled_jobs
+from duetime.core.cancel import flag_cancelled_jobs, flag_queued_of_cancelled
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.models import Status
 from duetime.core.projection import JOB_COLUMNS, JOB_DEFINITION_COLUMNS, JOB_STATUS_COLUMNS
@@ -29,6 +29,7 @@ from duetime.core.records import (
     DagDefinition,
     DagRunEvent,
     DeadLetter,
+    ExecutionRequest,
     JobDefinition,
     SchedulerState,
 )
@@ -244,6 +245,14 @@ class Batch:
             entry = self.executions[record.execution_id] = (scheduled_ms, record.job_id, [])
         entry[2].append(record)
 
+    def requested_jobs(self) -> set[str]:
+        """The jobs of the execution requests (runs emitted) in the batch."""
+        return {
+            job_id
+            for _, job_id, events in self.executions.values()
+            if any(isinstance(event, ExecutionRequest) for event in events)
+        }
+
     def add_dead(self, record: DeadLetter) -> None:
         row = rows.dead_letter_row(record)
         seen = self.dead.get(record.execution_id)
@@ -362,6 +371,11 @@ class ProjectionStore:
             )
             if cancelled:
                 flag_cancelled_jobs(conn, cancelled)
+            # and so are its runs emitted but not started (a backlog, or a run emitted ahead of
+            # its time), whichever of the cancel and the run's request came first
+            queued = batch.requested_jobs()
+            if cancelled or queued:
+                flag_queued_of_cancelled(conn, sorted(queued.union(cancelled)))
             touched = {job_id for _, job_id, _ in batch.executions.values()}
             touched |= batch.definitions.keys() | batch.states.keys()
             if touched:

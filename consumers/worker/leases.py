@@ -55,6 +55,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from duetime.core.backoff import Backoff, log_retry, retry_transient_async
+from duetime.core.cancel import CANCEL_OWNER
 
 from . import metrics
 
@@ -131,6 +132,16 @@ DELETE FROM leases WHERE ctid = ANY(ARRAY(
     WHERE state = 'done' AND updated_at < now() - make_interval(secs => %(age_s)s)
     LIMIT %(limit)s))
 """
+
+_PURGE_UNCLAIMED_CANCELS = """
+DELETE FROM leases WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM leases
+    WHERE state = 'held' AND expires_at < now() - make_interval(secs => %(age_s)s)
+      AND owner = %(owner)s
+    LIMIT %(limit)s))
+"""
+"""A cancel's flag for a run nobody claimed (``duetime.core.cancel.flag_queued_of_cancelled``)
+goes with the finished leases: by then its request has left the execution topics."""
 
 
 LIMITED = "limited"
@@ -463,9 +474,12 @@ class LeaseStore:
         """Delete up to ``limit`` leases finished more than ``age_s`` ago."""
         async with self._pool.connection() as conn:
             cur = await conn.execute(_PURGE, {"age_s": age_s, "limit": limit})
+            unclaimed = await conn.execute(
+                _PURGE_UNCLAIMED_CANCELS, {"age_s": age_s, "limit": limit, "owner": CANCEL_OWNER}
+            )
             # full buckets: a missing bucket counts as full, so this changes no answer
             await conn.execute(_PURGE_BUCKETS, {"limit": limit})
-            return cur.rowcount
+            return cur.rowcount + max(0, unclaimed.rowcount)
 
     # --- batches --------------------------------------------------------------------------
 

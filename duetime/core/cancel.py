@@ -7,7 +7,9 @@ reads the flag on its next renewal (every ``min(TTL/3, 2 s)``, so within ~2 s pl
 trip), stops the work (a coroutine target is cancelled, an HTTP request aborted, a sync task
 sees ``ctx.cancelled``) and reports the attempt failed with reason ``cancelled``, not
 retryable. A request claimed after the flag was set (a redelivery that takes the lease over)
-is reported cancelled without running.
+is reported cancelled without running. So is one nobody has claimed yet: a backlog, or a run
+the scheduler emitted ahead of its time (decisions 20 and 21 in docs/decisions.md), flagged
+through a lease row written for it (:func:`flag_queued_of_cancelled`).
 
 Why the lease row and not the control topic: the lease row is where the holder already looks,
 every few seconds, fenced by its token; a worker consuming the control topic would need every
@@ -52,6 +54,40 @@ _FLAG_DAG_RUN = """
 UPDATE leases SET cancel_requested_at = now(), updated_at = now()
 WHERE dag_run_id = %(id)s AND state = 'held' AND cancel_requested_at IS NULL
 """
+
+
+_FLAG_QUEUED = """
+INSERT INTO leases AS l
+    (execution_id, attempt, owner, fencing_token, expires_at, state, updated_at, job_id,
+     dag_run_id, cancel_requested_at)
+SELECT e.execution_id, 0, %(owner)s, nextval('lease_fencing_tokens'), now(), 'held', now(),
+       e.job_id::text, e.dag_run_id, now()
+FROM jobs AS j JOIN executions AS e ON e.job_id = j.job_id
+WHERE j.job_id = ANY(%(ids)s::uuid[]) AND j.status = 'cancelled' AND e.status = 'queued'
+ORDER BY e.execution_id
+ON CONFLICT (execution_id) DO UPDATE
+SET cancel_requested_at = coalesce(l.cancel_requested_at, now()), updated_at = now()
+WHERE l.state = 'held'
+"""
+
+CANCEL_OWNER = "duetime:cancel"
+"""The owner of a lease row written only to carry a cancel to a run nobody claimed yet."""
+
+
+def flag_queued_of_cancelled(conn: Connection[Any], job_ids: Sequence[str]) -> int:
+    """Blocking: carry the cancel of each job of ``job_ids`` whose projected status is
+    ``cancelled`` to its executions still ``queued`` (emitted, not started: a backlog, or a run
+    emitted ahead of its time by the scheduler's fire or crowd lead). Each gets a lease row
+    already expired and flagged (attempt 0, so any claim takes it over, keeping the flag): the
+    worker that claims it reports the attempt ``cancelled`` without running it. A row a worker
+    holds already is flagged as :func:`flag_cancelled_jobs` does. Jobs not cancelled are
+    skipped (the projector passes the jobs of the executions it has just recorded too: an
+    execution may reach it after its job's cancel). Returns the rows written or flagged."""
+    ids = [_checked(job_id, "job_id") for job_id in job_ids]
+    if not ids:
+        return 0
+    cur = conn.execute(_FLAG_QUEUED, {"ids": ids, "owner": CANCEL_OWNER})
+    return max(0, cur.rowcount)
 
 
 def _checked(value: object, what: str) -> str:

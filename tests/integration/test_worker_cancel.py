@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from bench.dag_harness import ResolverProcess
 from duetime.consumers.worker.leases import LeaseStore
 from duetime.core.cancel import (
+    CANCEL_OWNER,
     flag_cancelled_jobs,
     request_cancel,
     request_cancel_dag_run,
@@ -300,3 +301,93 @@ def test_a_cancel_over_kafka_alone_stops_the_running_call_through_the_projector(
         assert_cancelled(result, cancelled_at)
     finally:
         projector.stop()
+
+
+def test_a_run_emitted_before_the_cancel_and_not_started_is_reported_cancelled_unrun(
+    settings: CommonSettings,
+    scheduler: RunningScheduler,
+    client: JobClient,
+    holding_sink: HoldingSink,
+    results: TopicReader,
+) -> None:
+    """A run the scheduler emitted before the cancel that no worker has claimed yet (here a
+    backlog: no worker runs; a run emitted ahead of its time by the fire or crowd lead is the
+    same case) must not start after the cancel: the projector writes a flagged lease row for
+    it, and the worker that claims it later reports it cancelled without calling the target."""
+    from tests.integration.test_projector_support import RunningProjector
+
+    projector = RunningProjector(settings)
+    try:
+        job = client.create_job(
+            name="queued-then-cancelled",
+            schedule=NOW,
+            target={"type": "http", "url": holding_sink.url},
+            retry=RETRY,
+        )
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+
+            def status(sql: str) -> Any:
+                return conn.execute(sql, (job.job_id,)).fetchone()
+
+            wait_for(
+                lambda: status("SELECT 1 FROM executions WHERE job_id = %s AND status = 'queued'"),
+                30,
+                "the run to be recorded queued",
+            )
+            client.cancel(job.job_id)
+            flagged = wait_for(
+                lambda: status(
+                    "SELECT owner, attempt, state FROM leases "
+                    "WHERE job_id = %s AND cancel_requested_at IS NOT NULL"
+                ),
+                30,
+                "the projector to flag the queued run",
+            )
+            assert flagged == (CANCEL_OWNER, 0, "held")
+        support.reset()
+        before = cancelled_total("claimed")
+        running = start_worker(settings)
+        try:
+            [result] = final(results, job.job_id)
+            assert result["status"] == "failure", result
+            assert result["error"]["reason"] == "cancelled", result
+            assert result["error"]["retryable"] is False, result
+            assert cancelled_total("claimed") == before + 1
+            assert not holding_sink.arrived  # the target was never called
+        finally:
+            running.stop()
+    finally:
+        projector.stop()
+
+
+def test_the_purge_drops_old_unclaimed_cancel_rows_and_keeps_workers_leases(
+    settings: CommonSettings,
+) -> None:
+    """A flagged row for a run nobody claimed goes with the finished leases; a worker's
+    expired lease (its run may still be redelivered) and a recent cancel row stay."""
+    old, recent, workers = (str(uuid.uuid4()) for _ in range(3))
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        for execution_id, owner, age in (
+            (old, CANCEL_OWNER, "2 days"),
+            (recent, CANCEL_OWNER, "1 minute"),
+            (workers, "worker-a", "2 days"),
+        ):
+            conn.execute(
+                "INSERT INTO leases (execution_id, attempt, owner, fencing_token, expires_at, "
+                "state, job_id, cancel_requested_at) VALUES (%s, 0, %s, "
+                "nextval('lease_fencing_tokens'), now() - %s::interval, 'held', 'job-p', now())",
+                (execution_id, owner, age),
+            )
+
+        async def purge() -> int:
+            store = await _leases(settings, "worker-b")
+            try:
+                return await store.purge(age_s=3600.0)
+            finally:
+                await store.close()
+
+        assert asyncio.run(purge()) == 1
+        left = conn.execute(
+            "SELECT execution_id::text FROM leases WHERE job_id = 'job-p' ORDER BY owner"
+        ).fetchall()
+        assert sorted(row[0] for row in left) == sorted([recent, workers])
