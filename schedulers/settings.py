@@ -53,21 +53,23 @@ class SchedulerSettings:
     joins or leaves, on top of the session timeout on a failover. The workers' value (the
     local broker's ``group.consumer.heartbeat.interval.ms``)."""
     idle_poll_s: float = 0.05
-    commit_interval_s: float = 0.5
+    commit_interval_s: float = 1.0
     """A partition with only bookkeeping to write (states after definitions and results, no
     execution request, dead letter or command) commits at most this often: each transaction
     costs the broker about ten requests and log appends, and one per input record was most
     of its CPU. Anything someone waits for commits in the cycle that made it; execution
-    requests fired ahead of their time (``fire_lead_ms``) by half the lead before it. 0.5 s
-    with the 1 s lead (docs/decisions.md 22): 0.2 s with 500 ms cost 28 % more CPU a job."""
-    fire_lead_ms: int = 1000
+    requests fired ahead of their time (``fire_lead_ms``) by half the lead before it. 1 s
+    with the 2 s lead (docs/decisions.md 22): 0.5 s with 1 s cost ~10 % more CPU a job, 0.2 s
+    with 500 ms 28 % more than that."""
+    fire_lead_ms: int = 2000
     """Scheduled runs and retries are emitted this long before their due time; the worker
     holds each request until its due time (workers never start early), so the transaction,
     the broker's markers and the workers' fetch no longer make runs late. Rescue deadlines
-    are not led. A cancel, pause or change that reaches the scheduler inside the lead does not
-    stop the run already emitted (as one that reaches it after the due time). 0: emit at the
-    due time. 1 s, not 500 ms: a partition's fires then share half as many transactions
-    (docs/decisions.md 22)."""
+    are not led. A pause or change that reaches the scheduler inside the lead does not stop
+    the run already emitted (as one that reaches it after the due time); a cancel does,
+    through the projector (docs/decisions.md 25). 0: emit at the due time. 2 s: with 1 s
+    bookkeeping commits a partition's fires and results share half the transactions of the
+    1 s lead's (docs/decisions.md 22)."""
     crowd_rate: float = 2000.0
     """The crowd lead (schedulers/crowd.py): the jobs a second this process plans to get out
     (fired, committed, fetched and claimed by the workers) ahead of their time. Jobs due closer
@@ -76,8 +78,8 @@ class SchedulerSettings:
     time comes; a steady load below it gets no extra lead. Each partition plans with its share
     (this divided by the partitions the process owns)."""
     crowd_lead_max_ms: int = 10_000
-    """The crowd lead's cap on top of ``fire_lead_ms`` (0: no crowd lead). A cancel, pause or
-    change that reaches the scheduler inside the lead does not stop the run already emitted;
+    """The crowd lead's cap on top of ``fire_lead_ms`` (0: no crowd lead). A pause or change
+    that reaches the scheduler inside the lead does not stop the run already emitted;
     the workers hold led requests (within DUETIME_WORKER_MAX_EARLY_WAIT_S, 60 s, and
     DUETIME_WORKER_HOLD_BUFFER of them)."""
     standby: bool = True
