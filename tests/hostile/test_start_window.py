@@ -29,6 +29,10 @@ from tests.limit_sink import IntervalSink, duplicates, max_in_window, max_overla
 
 WINDOW_S = 1.0
 JOBS_EACH = 3
+JOIN_WAIT_S = 180
+"""How long a job may wait for a worker that has just joined: its group join can stall for
+90-120 s under a heavily loaded box (a KIP-848 heartbeat timing out, bench/README.md "Seen on
+the way, not fixed"); CI once timed both tests out at 90 s with no log to tell why."""
 
 
 def test_a_backlog_past_its_window_expires_unrun_while_unlimited_jobs_run(
@@ -75,7 +79,7 @@ def test_a_backlog_past_its_window_expires_unrun_while_unlimited_jobs_run(
     stack.roles["worker"] = worker
     stack.pids["worker"] = worker.process.pid
     for job_id in windowed:
-        job = stack.wait_job(job_id, ("expired", "success", "dead"), timeout_s=90)
+        job = stack.wait_job(job_id, ("expired", "success", "dead"), timeout_s=JOIN_WAIT_S)
         assert job["status"] == "expired", job
         [execution] = stack.executions(job_id)
         assert execution["status"] == "expired", execution
@@ -141,7 +145,7 @@ def test_limits_hold_across_two_workers(stack: HostileStack) -> None:
             "burst": BURST,
         }
         for job_id in ids:
-            job = stack.wait_job(job_id, timeout_s=90, others={"limits-worker": second})
+            job = stack.wait_job(job_id, timeout_s=JOIN_WAIT_S, others={"limits-worker": second})
             assert job["status"] == "success", job
         calls = sink.snapshot()
         assert sorted(c.job_id for c in calls) == sorted(ids)  # each ran, once
