@@ -389,7 +389,9 @@ class Scheduler:
         restart, confluentinc/librdkafka#5456) is in every producer that lived through the
         restart, and each would otherwise stall in a round of its own at its next commit (the
         broker-SIGKILL fault scenario: 20 s, then 22 s more for one partition idle in the
-        first round). The busy ones that committed in the round have proven theirs."""
+        first round). The busy ones are judged by their own commit of the round only: one that
+        returned in time is not started over, even if it sent no input offsets (and so left
+        ``proven_at`` where it was)."""
         began = time.monotonic()
         futures = {self._pool.submit(self._commit, owner): owner for owner in busy}
         _, stuck = wait(futures, timeout=self.settings.commit_stall_s)
