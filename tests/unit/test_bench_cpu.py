@@ -1,7 +1,7 @@
 """bench/cpu.py: CPU seconds over a benchmark's window, read from /proc.
 
 The window arithmetic (readings → CPU between two instants) is pure and property-tested; the
-meter is checked on this test process itself, which burns a known amount of CPU.
+meter is checked on a child process that burns a known amount of CPU when told.
 """
 
 from __future__ import annotations
@@ -73,45 +73,77 @@ def test_interpolates_between_readings_and_never_goes_back() -> None:
     assert line.at(30.0) == pytest.approx(4.0) and len(line.times_s) == 3
 
 
-def _burn(cpu_s: float) -> None:
-    """Spend ``cpu_s`` of this process's CPU (a busy loop, not a sleep)."""
-    until = time.process_time() + cpu_s
+_BURNER = """
+import sys, time
+for line in sys.stdin:
+    until = time.process_time() + float(line)
     while time.process_time() < until:
         pass
+    print("done", flush=True)
+"""
+
+
+class _Burner:
+    """A child process that spends the CPU it is told to (a busy loop, not a sleep) and is
+    idle in between: the meter reads it alone. Reading this test process instead counted
+    every process a test module before had left under it (under ./run test a worker process
+    runs several modules): a descendant that went away took its CPU out of the tree, the
+    timeline held its old maximum, and a window of 0.4 s of burning read 0.03 s."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BURNER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def burn(self, cpu_s: float) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{cpu_s}\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait(30) == 0
 
 
 def _idle_until_read(meter: CpuMeter, after_s: float) -> float:
-    """Sleep until the meter's sampler has taken a reading later than ``after_s``; its time."""
-    times = meter.timelines["me"].times_s
+    """Wait until the meter's sampler has taken a reading later than ``after_s``; its time."""
+    times = meter.timelines["burner"].times_s
     wait_for(lambda: times and times[-1] > after_s, 10, "a reading of the idle gap", 0.01)
     return times[-1]
 
 
 def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
-    meter = CpuMeter({"me": os.getpid()}, interval_s=0.02)
-    _burn(0.3)  # before the window: in the lifetime, not in the window
-    meter.start()
-    # idle readings on both sides of the window's edges: the busy loop holds the GIL, and on
-    # a loaded box the sampler could miss an edge by a whole burn (the window then got a
-    # share of the CPU spent after it: 0.12 s once, 0.26 s another time with fixed 0.1 s idle
-    # gaps, under ./run test's parallel workers): each gap lasts until it has a reading, and
-    # the window's edges are those readings (idle on both sides: exact, not interpolated)
-    begin = _idle_until_read(meter, time.time())
-    _burn(0.4)
-    end = _idle_until_read(meter, time.time())
-    _burn(0.3)  # after the window's end, before stop: not in the window either
-    meter.stop()
-    whole = meter.seconds()["me"]
-    window = meter.window(begin, end)["me"]
-    lifetime = meter.lifetime()["me"]
+    burner = _Burner()
+    try:
+        meter = CpuMeter({"burner": burner.proc.pid}, interval_s=0.02)
+        burner.burn(0.3)  # before the window: in the lifetime, not in the window
+        meter.start()
+        # idle readings on both sides of the window's edges: each gap lasts until it has a
+        # reading, and the window's edges are those readings (idle on both sides: exact, not
+        # interpolated)
+        begin = _idle_until_read(meter, time.time())
+        burner.burn(0.4)
+        end = _idle_until_read(meter, time.time())
+        burner.burn(0.3)  # after the window's end, before stop: not in the window either
+        meter.stop()
+    finally:
+        burner.close()
+    whole = meter.seconds()["burner"]
+    window = meter.window(begin, end)["burner"]
+    lifetime = meter.lifetime()["burner"]
     assert whole is not None and window is not None and lifetime is not None
-    # the sampler's thread and the clock tick (10 ms) blur the edges by a few readings
+    # the clock tick (10 ms) blurs the edges
     assert 0.3 <= window <= 0.55, window
     assert whole >= 0.6, whole
     assert lifetime >= whole + 0.3, (lifetime, whole)
     figures = window_figures(meter, begin, end)
-    assert figures["cpu_s"] == {"me": window}
-    assert figures["cpu_s_lifetime"] == {"me": lifetime}
+    assert figures["cpu_s"] == {"burner": window}
+    assert figures["cpu_s_lifetime"] == {"burner": lifetime}
     assert figures["cpu_window"]["span_s"] == pytest.approx(end - begin, abs=0.01)
 
 
