@@ -91,6 +91,11 @@ def setup_logging(fmt: str = "text", level: str = "INFO", role: str | None = Non
     root.setLevel(level.upper())  # "debug" and "DEBUG" alike
     for noisy in ("kafka", "aiokafka", "faust", "mode", "httpx", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # except what says where a consumer group stands (joins, assignments, the tables'
+    # recovery): a few lines a rebalance, and what an operator reads when a resolver's
+    # partitions seem to go nowhere
+    for rebalances in ("aiokafka.consumer.group_coordinator", "faust.tables.recovery"):
+        logging.getLogger(rebalances).setLevel(root.level)
 
 
 class _RoleFilter(logging.Filter):

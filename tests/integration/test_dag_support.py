@@ -7,8 +7,8 @@ The scheduler runs in the test process (``RunningScheduler``), the resolver as a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
 
@@ -19,6 +19,8 @@ from duetime.infra.harness import wait_known as wait_known  # the shared harness
 from tests.helpers import TopicReader, committed_offsets, wait_for
 
 TARGET = {"type": "python", "ref": "tests.tasks:noop"}
+T = TypeVar("T")
+
 FAST_RETRY = {"max_retries": 2, "base_delay_s": 0.2, "max_delay_s": 1.0, "jitter": False}
 
 
@@ -70,15 +72,25 @@ def completed(reader: TopicReader, run_id: str) -> dict[str, Any] | None:
     return next((e for e in run_events(reader, run_id) if e["kind"] == "completed"), None)
 
 
+def wait_logged(predicate: Callable[[], T], timeout_s: float, what: str, *resolvers: Any) -> T:
+    """``wait_for``, printing the tail of each resolver's log (a ``RoleProcess``; None is
+    skipped) when the wait times out, so a CI failure says where the resolver stood."""
+    try:
+        return wait_for(predicate, timeout_s, what)
+    except AssertionError:
+        for resolver in resolvers:
+            if resolver is not None and resolver.proc is not None:
+                print(f"--- the end of {resolver.proc.log_path} ---")
+                print(resolver.log()[-8000:])
+        raise
+
+
 def wait_completed(
     reader: TopicReader, run_id: str, timeout_s: float = 30, resolver: Any = None
 ) -> dict[str, Any]:
-    try:
-        event = wait_for(lambda: completed(reader, run_id), timeout_s, f"run {run_id} to end")
-    except AssertionError:
-        if resolver is not None:
-            print(resolver.log()[-5000:])
-        raise
+    event = wait_logged(
+        lambda: completed(reader, run_id), timeout_s, f"run {run_id} to end", resolver
+    )
     assert event is not None
     return event
 
