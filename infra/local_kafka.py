@@ -165,9 +165,10 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=500
 group.consumer.min.session.timeout.ms=500
 group.consumer.min.heartbeat.interval.ms=100
-# Workers use the KIP-848 consumer protocol, whose session timeout and heartbeat interval
-# are the broker's (default 45 s and 5 s): a dead worker's partitions move after 3 s, and a
-# joining worker gets its share within ~0.5 s, as with the classic protocol's settings.
+# KIP-848 groups' session timeout and heartbeat interval are the broker's (default 45 s and
+# 5 s) unless set on the group, as the schedulers and workers do at start (their own values
+# win); these defaults serve any other KIP-848 group (a dead member's partitions move after
+# 3 s, as with the classic protocol's settings).
 group.consumer.session.timeout.ms=3000
 group.consumer.heartbeat.interval.ms=500
 # After a SIGKILL the restarted node cannot register until the controller has expired the

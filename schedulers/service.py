@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from duetime.core import kafka
 from duetime.core.clock import SYSTEM_CLOCK, Clock
@@ -186,38 +185,24 @@ class Scheduler:
         return kafka.kip848_consumer(self.common, self.group_id)
 
     def _configure_group(self) -> None:
-        """Give the schedulers' group its own session timeout and heartbeat interval.
-
-        Under KIP-848 they are the broker's (``group.consumer.*``, 45 s and 5 s by default),
-        set per group with IncrementalAlterConfigs. Failover is detection (the session
-        timeout) + the survivor's next heartbeat + restore, so both matter. A broker that
-        refuses (values under its ``group.consumer.min.*``, no ALTER_CONFIGS right, an old
-        broker) leaves the group at its defaults: the scheduler still runs, fails over slower,
-        and says so.
-        """
-        resource = ConfigResource(
-            ResourceType.GROUP,
+        """Give the schedulers' group its own session timeout and heartbeat interval
+        (:func:`kafka.set_group_timing`). Failover is detection (the session timeout) + the
+        survivor's next heartbeat + restore, so both matter. Refused, the scheduler still
+        runs, fails over slower, and says so."""
+        refused = kafka.set_group_timing(
+            self.common,
             self.group_id,
-            incremental_configs=[
-                ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
-                for name, value in (
-                    ("consumer.session.timeout.ms", self.settings.session_timeout_ms),
-                    ("consumer.heartbeat.interval.ms", self.settings.heartbeat_interval_ms),
-                )
-            ],
+            self.settings.session_timeout_ms,
+            self.settings.heartbeat_interval_ms,
         )
-        try:
-            admin = kafka.admin(self.common)  # kept referenced: its destruction fails the call
-            for future in admin.incremental_alter_configs([resource]).values():
-                future.result(timeout=10)
-        except Exception as exc:  # refused, timed out, or not a KIP-848-capable broker
+        if refused is not None:
             log.warning(
                 "the schedulers' group keeps the broker's session timeout and heartbeat "
                 "interval (DUETIME_SESSION_TIMEOUT_MS=%s and "
                 "DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS=%s were refused; failover is slower): %s",
                 self.settings.session_timeout_ms,
                 self.settings.heartbeat_interval_ms,
-                exc,
+                refused,
             )
 
     # --- lifecycle ------------------------------------------------------------------------

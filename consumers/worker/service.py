@@ -281,6 +281,8 @@ class Worker:
             await close_session(self._http)
             raise
         await self.leases.open()
+        if s.group_protocol == "consumer":
+            await asyncio.to_thread(self._set_group_timing)  # before it joins
         self.consumer.start()
         self._tasks = [
             asyncio.create_task(self._renew_leases(), name="renew-leases"),
@@ -303,6 +305,27 @@ class Worker:
             len(s.secrets),  # how many, never which values
             extra={"worker_id": self.worker_id},
         )
+
+    def _set_group_timing(self) -> None:
+        """The pool's group takes DUETIME_SESSION_TIMEOUT_MS and the heartbeat interval
+        (KIP-848: the broker's otherwise). A broker that refuses leaves the group at its own
+        values: the worker runs on, hands work over slower after a crash, and says so."""
+        s = self.settings
+        refused = kafka.set_group_timing(
+            self.common, s.group, s.session_timeout_ms, s.heartbeat_interval_ms
+        )
+        if refused is not None:
+            log.warning(
+                "the workers' group %s keeps the broker's session timeout and heartbeat "
+                "interval (DUETIME_SESSION_TIMEOUT_MS=%s and "
+                "DUETIME_WORKER_HEARTBEAT_INTERVAL_MS=%s were refused; a dead worker's queued "
+                "work moves slower): %s",
+                s.group,
+                s.session_timeout_ms,
+                s.heartbeat_interval_ms,
+                refused,
+                extra={"worker_id": self.worker_id},
+            )
 
     def _check_queues(self) -> None:
         """Stop at start, naming them, when a served queue has no topics: subscribed to

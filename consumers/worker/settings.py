@@ -68,7 +68,17 @@ class WorkerSettings:
     group_id: str | None = None
     """Consumer group; default ``<prefix>workers`` (separate pools use separate groups)."""
     session_timeout_ms: int = 3000
-    """Classic protocol only (KIP-848's session timeout is the broker's)."""
+    """The workers' group session timeout: a worker silent this long (SIGKILLed, cut off,
+    frozen) loses its partitions, and the records it had not claimed move to the others.
+    KIP-848: set on the group at start, with ``heartbeat_interval_ms`` (the broker's
+    ``group.consumer.min/max.*`` bound both; Kafka's defaults are 45 s and 5 s, so a dead
+    worker's queued work would wait 45 s). Classic: the member's own setting."""
+    heartbeat_interval_ms: int = 1000
+    """KIP-848 only: the workers' group heartbeat interval, set on the group at start. A
+    worker learns of partitions given to it or taken from it at its next heartbeat. Not the
+    schedulers' 500 ms: librdkafka times a KIP-848 heartbeat out after one interval, and on a
+    loaded host the coordinator's answer took longer than 500 ms; each timeout cost the
+    member its place for a while (bench/README.md: "Why a heartbeat times out so easily")."""
     group_protocol: str = "consumer"
     """``consumer`` (KIP-848, Kafka ≥ 4.0): the broker's range assignor splits every priority
     topic evenly over the workers, with incremental rebalances. ``classic``: the
@@ -181,6 +191,9 @@ class WorkerSettings:
             session_timeout_ms=env.integer(
                 "DUETIME_SESSION_TIMEOUT_MS", cls.session_timeout_ms, 500, 300_000
             ),
+            heartbeat_interval_ms=env.integer(
+                "DUETIME_WORKER_HEARTBEAT_INTERVAL_MS", cls.heartbeat_interval_ms, 100, 60_000
+            ),
             group_protocol=env.choice(
                 "DUETIME_WORKER_GROUP_PROTOCOL", cls.group_protocol, ("consumer", "classic")
             ),
@@ -220,6 +233,14 @@ class WorkerSettings:
         return settings
 
     def validate(self) -> None:
+        if self.group_protocol == "consumer" and (
+            self.heartbeat_interval_ms >= self.session_timeout_ms
+        ):
+            raise ConfigError(
+                f"DUETIME_WORKER_HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be "
+                f"under DUETIME_SESSION_TIMEOUT_MS ({self.session_timeout_ms})",
+                details={"variable": "DUETIME_WORKER_HEARTBEAT_INTERVAL_MS"},
+            )
         for variable, items in (
             ("DUETIME_WORKER_PYTHON_MODULES", self.python_modules),
             ("DUETIME_WORKER_IMPORTS", self.imports),

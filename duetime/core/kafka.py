@@ -30,7 +30,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from .config import CommonSettings
 from .errors import ConfigError, RetryableError
@@ -211,6 +217,37 @@ def kip848_consumer(settings: CommonSettings, group_id: str, **overrides: Any) -
         "group.remote.assignor": "range",
     }
     return _consumer(settings, _layered(settings, defaults, overrides, _CLASSIC_MEMBER_ONLY))
+
+
+def set_group_timing(
+    settings: CommonSettings, group_id: str, session_timeout_ms: int, heartbeat_interval_ms: int
+) -> Exception | None:
+    """Give a KIP-848 group its own session timeout and heartbeat interval; None once set.
+
+    Under KIP-848 both are the broker's (``group.consumer.*``: 45 s and 5 s by default), set
+    per group with IncrementalAlterConfigs (Kafka 4.0+). What stops it (values outside the
+    broker's ``group.consumer.min/max.*``, no ALTER_CONFIGS right on the group, an older
+    broker, no answer within 10 s) is returned, not raised: the group keeps the broker's
+    values and the role runs on, saying so.
+    """
+    resource = ConfigResource(
+        ResourceType.GROUP,
+        group_id,
+        incremental_configs=[
+            ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)
+            for name, value in (
+                ("consumer.session.timeout.ms", session_timeout_ms),
+                ("consumer.heartbeat.interval.ms", heartbeat_interval_ms),
+            )
+        ],
+    )
+    try:
+        client = admin(settings)  # kept referenced: its destruction fails the call
+        for future in client.incremental_alter_configs([resource]).values():
+            future.result(timeout=10)
+    except Exception as exc:  # refused, timed out, or not a KIP-848-capable broker
+        return exc
+    return None
 
 
 def _consumer(settings: CommonSettings, conf: dict[str, Any]) -> Consumer:
