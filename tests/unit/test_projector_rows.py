@@ -8,6 +8,7 @@ rows written now must read the same, and a merge must go on from either.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import given, settings
@@ -230,3 +231,22 @@ def test_dag_run_events_fold_in_offset_order() -> None:
     ).values()
     assert (delta.status, delta.first_at_ms, delta.finished_at_ms) == ("failed", 1, 3)
     assert delta.replace_nodes and delta.nodes == {"a": "dead"}
+
+
+def _iso_by_datetime(ms: int) -> str:
+    """The oracle: datetime's own arithmetic, in whole milliseconds. (``rows.iso`` used
+    ``fromtimestamp(ms / 1000)``, which a float's precision made 1 ms early past ~2200.)"""
+    text = (EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds")
+    return text[:-6] + "Z"
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# from year 1 to 9999 (what datetime holds); times near each other share a second
+_MS = st.integers(min_value=-62_135_596_800_000, max_value=253_402_300_799_999)
+
+
+@given(st.lists(st.one_of(_MS, st.integers(1_790_000_000_000, 1_790_000_003_000)), max_size=40))
+def test_iso_text_is_the_datetime_formula_in_any_order(times: list[int]) -> None:
+    for ms in times:
+        assert rows.iso(ms) == _iso_by_datetime(ms)
+    assert rows.iso(None) is None
