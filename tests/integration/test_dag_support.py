@@ -18,9 +18,9 @@ from duetime.core.topics import Topics
 from duetime.infra.harness import wait_known as wait_known  # the shared harness's, re-exported
 from tests.helpers import TopicReader, committed_offsets, wait_for
 
-TARGET = {"type": "python", "ref": "tests.tasks:noop"}
 T = TypeVar("T")
 
+TARGET = {"type": "python", "ref": "tests.tasks:noop"}
 FAST_RETRY = {"max_retries": 2, "base_delay_s": 0.2, "max_delay_s": 1.0, "jitter": False}
 
 
