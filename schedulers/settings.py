@@ -6,7 +6,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from duetime.core.config import CommonSettings, Env
+from duetime.core.config import CommonSettings, Env, check_heartbeat
 from duetime.core.errors import ConfigError
 
 from .fairness import DEFAULT_INFLIGHT
@@ -135,12 +135,11 @@ class SchedulerSettings:
         return self.lease_retention_s / 2
 
     def __post_init__(self) -> None:
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ConfigError(
-                f"DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be "
-                f"under DUETIME_SESSION_TIMEOUT_MS ({self.session_timeout_ms})",
-                details={"variable": "DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS"},
-            )
+        check_heartbeat(
+            self.heartbeat_interval_ms,
+            self.session_timeout_ms,
+            "DUETIME_SCHEDULER_HEARTBEAT_INTERVAL_MS",
+        )
         # a rescue window (at least TTL + grace) longer than the horizon could never rescue
         if self.lease_ttl_s + self.rescue_grace_s >= self.rescue_horizon_s:
             raise ConfigError(

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from duetime.consumers.tasks import check_module_prefixes
-from duetime.core.config import CommonSettings, Env
+from duetime.core.config import CommonSettings, Env, check_heartbeat
 from duetime.core.errors import ConfigError
 from duetime.core.priority import reserved_slots
 from duetime.core.topics import DEFAULT_QUEUE, check_queue
@@ -233,13 +233,11 @@ class WorkerSettings:
         return settings
 
     def validate(self) -> None:
-        if self.group_protocol == "consumer" and (
-            self.heartbeat_interval_ms >= self.session_timeout_ms
-        ):
-            raise ConfigError(
-                f"DUETIME_WORKER_HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be "
-                f"under DUETIME_SESSION_TIMEOUT_MS ({self.session_timeout_ms})",
-                details={"variable": "DUETIME_WORKER_HEARTBEAT_INTERVAL_MS"},
+        if self.group_protocol == "consumer":  # classic: the member's own heartbeat
+            check_heartbeat(
+                self.heartbeat_interval_ms,
+                self.session_timeout_ms,
+                "DUETIME_WORKER_HEARTBEAT_INTERVAL_MS",
             )
         for variable, items in (
             ("DUETIME_WORKER_PYTHON_MODULES", self.python_modules),

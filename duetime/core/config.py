@@ -134,6 +134,16 @@ def metrics_host(env: Env) -> str:
     return raw
 
 
+def check_heartbeat(heartbeat_ms: int, session_ms: int, variable: str) -> None:
+    """A KIP-848 group's heartbeat interval (``variable``, the role's own) must be shorter than
+    ``DUETIME_SESSION_TIMEOUT_MS``: the broker refuses the pair otherwise."""
+    if heartbeat_ms >= session_ms:
+        raise ConfigError(
+            f"{variable} ({heartbeat_ms}) must be under DUETIME_SESSION_TIMEOUT_MS ({session_ms})",
+            details={"variable": variable},
+        )
+
+
 @dataclass(frozen=True)
 class CommonSettings:
     """What every role needs: where Kafka and PostgreSQL are, topic naming, logs, metrics."""

@@ -233,6 +233,9 @@ def test_dag_run_events_fold_in_offset_order() -> None:
     assert delta.replace_nodes and delta.nodes == {"a": "dead"}
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _iso_by_datetime(ms: int) -> str:
     """The oracle: datetime's own arithmetic, in whole milliseconds. (``rows.iso`` used
     ``fromtimestamp(ms / 1000)``, which a float's precision made 1 ms early past ~2200.)"""
@@ -240,7 +243,6 @@ def _iso_by_datetime(ms: int) -> str:
     return text[:-6] + "Z"
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # from year 1 to 9999 (what datetime holds); times near each other share a second
 _MS = st.integers(min_value=-62_135_596_800_000, max_value=253_402_300_799_999)
 
