@@ -87,7 +87,9 @@ class Projector:
         *,
         on_batch: BatchHook | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        watch_idle: bool = False,
     ) -> None:
+        """``watch_idle``: keep ``idle`` up to date (for a caller that waits on it)."""
         self.settings = settings
         self.common = settings.common
         self.clock = clock
@@ -115,7 +117,10 @@ class Projector:
         self.assigned: set[tuple[str, int]] = set()
         self._admin = kafka.admin(self.common)
         self.idle = threading.Event()
-        """Set while every partition is read to its end (checked by the loop when idle)."""
+        """Set while every partition is read to its end: checked by an idle loop every 0.2 s,
+        only with ``watch_idle`` or in a run until caught up (a check is a ListOffsets request
+        naming every partition, and nothing else reads it)."""
+        self._watch_idle = watch_idle
         self._checked_at = 0.0
         self._kafka_offsets: dict[tuple[str, int], int] = {}
         """Projected offsets not yet committed to Kafka (the latest per partition)."""
@@ -182,6 +187,8 @@ class Projector:
                     self.idle.clear()
                     continue
                 self._flush_kafka_offsets()
+                if not (until_caught_up or self._watch_idle):
+                    continue
                 if self._check_caught_up() and until_caught_up:
                     break
         finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
@@ -10,6 +12,8 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
+from duetime.consumers.projector.service import Projector
+from duetime.consumers.projector.settings import ProjectorSettings
 from duetime.consumers.projector.store import ProjectionStore, checksums
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
@@ -282,3 +286,22 @@ def test_kafka_offsets_reach_the_projected_ones_once_idle(
         )
     finally:
         projector.stop()
+
+
+def test_an_unwatched_projector_does_not_check_whether_it_is_caught_up(
+    settings: CommonSettings,
+) -> None:
+    """A caught-up check names every partition in a ListOffsets request; only a run until
+    caught up or a caller watching ``idle`` needs one, so a service's idle loop sends none."""
+    projector = Projector(ProjectorSettings(common=settings, poll_s=0.05))
+    thread = threading.Thread(target=projector.run, daemon=True)
+    thread.start()
+    try:
+        expected = len(projector._types) * settings.partitions
+        wait_for(lambda: len(projector.assigned) == expected, 30, "every partition assigned")
+        time.sleep(1.5)  # an idle loop checked every 0.2 s before
+        assert not projector.idle.is_set()  # caught up (the topics are empty): not asked
+    finally:
+        projector.stop()
+        thread.join(30)
+    assert not thread.is_alive()

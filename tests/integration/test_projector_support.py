@@ -33,7 +33,7 @@ class RunningProjector:
     ) -> None:
         """``projector_settings``: instead of the default ones (a 50 ms poll)."""
         self.projector = Projector(
-            projector_settings or ProjectorSettings(common=settings, poll_s=0.05)
+            projector_settings or ProjectorSettings(common=settings, poll_s=0.05), watch_idle=True
         )
         if rebuild:
             self.projector.rebuild()
