@@ -39,7 +39,7 @@ from duetime.core.backfill import MAX_OCCURRENCES, backfill_execution_id
 from duetime.core.calendars import Calendar, parse_calendar
 from duetime.core.dag import REPAIR_REASON
 from duetime.core.errors import IllegalTransition
-from duetime.core.inputs import MAX_TIME_MS, check_number
+from duetime.core.inputs import MAX_TIME_MS, check_number, is_uuid_text
 from duetime.core.jobspec import MAX_TIMEOUT_S, _dt, _ms, same_job, schedule_of
 from duetime.core.keys import KeyTemplateError, parse_template, resolve_key
 from duetime.core.models import (
@@ -380,6 +380,8 @@ def _check_definition(definition: JobDefinition) -> None:
 
 
 def _check_uuid(value: str, name: str) -> None:
+    if is_uuid_text(value):  # the form written everywhere; uuid.UUID takes others too
+        return
     try:
         uuid.UUID(value)
     except (ValueError, TypeError, AttributeError):

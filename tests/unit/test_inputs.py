@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,11 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from duetime.core.errors import DuetimeError, InvalidSchedule, PayloadTooLarge, ValidationError
-from duetime.core.inputs import check_number, json_depth
+from duetime.core.inputs import check_number, is_uuid_text, json_depth
 from duetime.core.jobspec import build_job
 from duetime.core.records import JobDefinition, PythonTarget
 from duetime.core.redact import escape_control, redact_headers, redact_text, redact_url
 from duetime.core.schedule import Cron, next_fire
+from duetime.schedulers.logic import _check_uuid
 
 NOW_MS = 1_780_000_000_000
 HTTP_TARGET = {"type": "http", "url": "https://example.com/hook"}
@@ -253,3 +255,50 @@ def test_metadata_and_unusable_urls_are_refused_at_creation(url: str) -> None:
 )
 def test_payloads_json_cannot_hold_are_validation_errors(payload: Any) -> None:
     refused("payload", payload=payload)
+
+
+def _uuid_accepts(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _uuid_like() -> st.SearchStrategy[str]:
+    """Canonical UUIDs in mixed case, and each with one character replaced, dropped or a
+    hyphen moved: the near misses a quick check could let through."""
+    canonical = st.uuids().map(str)
+    mixed = st.tuples(canonical, st.randoms()).map(
+        lambda t: "".join(c.upper() if t[1].random() < 0.5 else c for c in t[0])
+    )
+
+    def mutate(t: tuple[str, int, str]) -> str:
+        text, at, char = t
+        at %= len(text)
+        return text[:at] + char + text[at + 1 :]
+
+    replaced = st.tuples(mixed, st.integers(0, 35), st.characters()).map(mutate)
+    dropped = st.tuples(mixed, st.integers(0, 35)).map(lambda t: t[0][: t[1]] + t[0][t[1] + 1 :])
+    hyphens_anywhere = st.permutations(list("0123456789abcdef" * 2 + "----")).map("".join)
+    forms = st.uuids().flatmap(
+        lambda u: st.sampled_from([u.hex, f"{{{u}}}", f"urn:uuid:{u}", str(u) + "\n"])
+    )
+    return st.one_of(mixed, replaced, dropped, hyphens_anywhere, forms, st.text(max_size=40))
+
+
+@given(_uuid_like())
+def test_uuid_text_is_exactly_the_hyphenated_form_uuid_writes(value: str) -> None:
+    canonical = _uuid_accepts(value) and str(uuid.UUID(value)) == value.lower()
+    assert is_uuid_text(value) == canonical
+
+
+@given(_uuid_like())
+def test_the_schedulers_uuid_check_takes_what_uuid_takes(value: str) -> None:
+    """The compiled match is a fast path only: the scheduler's check of a record's ids still
+    takes every form ``uuid.UUID`` does (braces, ``urn:uuid:``, 32 digits)."""
+    if _uuid_accepts(value):
+        _check_uuid(value, "job_id")
+    else:
+        with pytest.raises(ValueError, match=r"job_id .* is not a UUID"):
+            _check_uuid(value, "job_id")
