@@ -115,12 +115,22 @@ def tuning() -> dict[str, Any]:
     }
 
 
+STEAL_WARN_SHARE = 0.02
+"""A result whose window lost this share of the cores to other guests says so as it is written."""
+
+
 def write_result(name: str, result: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     result.setdefault("machine", machine())
     result.setdefault("versions", versions())
     result.setdefault("tuning", tuning())
     result.setdefault("finished_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    steal = (result.get("host_cpu") or {}).get("steal_share")
+    if steal is not None and steal >= STEAL_WARN_SHARE:
+        progress(
+            f"{name}: the hypervisor took {steal:.0%} of the cores' time in the window (steal): "
+            "every figure of this run is slower than the code"
+        )
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     progress(f"wrote {path.relative_to(ROOT)}")

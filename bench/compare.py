@@ -113,8 +113,10 @@ def _more(result: dict[str, Any]) -> dict[str, Any]:
     }
     # CPU per job: CPU seconds of every process of the system (broker, database, each role or
     # worker) over the window (first create → last start) ÷ jobs completed; ``cpu_s`` keeps the
-    # figure of each process, ``cpu_s_lifetime`` each one's whole life (start-up, idle)
-    for key in ("cpu_ms_per_job", "system_cpu_s", "cpu_s", "cpu_s_lifetime", "cpu_window"):
+    # figure of each process, ``cpu_s_lifetime`` each one's whole life (start-up, idle),
+    # ``host_cpu`` the machine over the window (busy, stolen by the hypervisor, not metered)
+    keys = ("cpu_ms_per_job", "system_cpu_s", "cpu_s", "cpu_s_lifetime", "cpu_window", "host_cpu")
+    for key in keys:
         if result.get(key) is not None:
             out[key] = result[key]
     return out

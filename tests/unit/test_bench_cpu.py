@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.cpu import CpuMeter, Timeline, per_job, window_figures
+from bench.cpu import CpuMeter, Timeline, host_cpu_s, per_job, window_figures
 from bench.http_rate import last_arrival_s
 from bench.peers.common import last_start_s
 from tests.helpers import wait_for
@@ -145,6 +145,24 @@ def test_meter_charges_the_window_only_and_keeps_the_lifetime() -> None:
     assert figures["cpu_s"] == {"burner": window}
     assert figures["cpu_s_lifetime"] == {"burner": lifetime}
     assert figures["cpu_window"]["span_s"] == pytest.approx(end - begin, abs=0.01)
+    # the machine over the same window: its cores' time, the burn inside what was busy
+    host = figures["host_cpu"]
+    cores = os.cpu_count() or 1
+    assert host["core_s"] == pytest.approx(cores * (end - begin), rel=0.25, abs=0.05)
+    assert host["busy_s"] >= window - 0.05, (host, window)
+    assert 0.0 <= host["steal_share"] <= 1.0 and 0.0 <= host["busy_share"] <= 1.0
+    assert host["unmetered_s"] == pytest.approx(max(0.0, host["busy_s"] - window), abs=0.02)
+
+
+def test_host_readings_grow_and_split_the_cores_time() -> None:
+    first = host_cpu_s()
+    assert first is not None  # Linux
+    time.sleep(0.2)
+    second = host_cpu_s()
+    assert second is not None
+    busy, steal, whole = (b - a for a, b in zip(first, second, strict=True))
+    assert 0.0 <= busy <= whole and 0.0 <= steal <= whole
+    assert whole == pytest.approx((os.cpu_count() or 1) * 0.2, rel=0.5, abs=0.05)
 
 
 def test_a_process_added_inside_the_window_counts_from_zero_and_a_gone_one_is_none() -> None:
