@@ -41,9 +41,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bench.common import RESULTS, progress, write_result
+from duetime.core.redact import redact_text
 
 MEASURED = (
     "lateness = start (http: arrival at the sink) − due time, per job; throughput = distinct "
@@ -66,25 +69,35 @@ PAIRS = {
 
 
 def run_all() -> None:
-    """Every pair's two sides, back to back on this box."""
-    from bench import worker_throughput
+    """Every pair's two sides, back to back on this box. A scenario that fails (a load
+    generator that cannot hold its rate on a slow box) is recorded as failed and the run goes
+    on: the rest of the table is still measured, and no earlier run's figures stand in."""
+    from bench import http_rate, worker_throughput
     from bench.peers.run import default_output, run_peers, write_json
 
     progress("duetime: burst of 10,000")
-    worker_throughput.scenario_burst(10_000, 2)
+    _attempt("worker-burst-10000", lambda: worker_throughput.scenario_burst(10_000, 2))
     for rate in (350.0, 1000.0):
         progress(f"duetime: sustained {rate:g} jobs/s")
-        worker_throughput.scenario_rate(rate, 30, 2)
+        _attempt(f"worker-rate-{rate:.0f}", partial(worker_throughput.scenario_rate, rate, 30, 2))
     write_json(default_output("burst", 350), run_peers("burst", jobs=10_000))
     for rate in (350.0, 1000.0):
         peers = run_peers("sustained", rate=rate, duration_s=30)
         write_json(default_output("sustained", rate), peers)
-    from bench import http_rate
-
     for rate in (350.0, 1000.0):
         progress(f"duetime: HTTP targets created over REST, {rate:g} jobs/s")
-        http_rate.scenario_rate(rate, 30)
-        http_rate.scenario_peers(rate, 30)
+        _attempt(f"http-rate-{rate:.0f}", partial(http_rate.scenario_rate, rate, 30))
+        _attempt(f"peers-http-{rate:.0f}", partial(http_rate.scenario_peers, rate, 30))
+
+
+def _attempt(result: str, scenario: Callable[[], object]) -> None:
+    """Run ``scenario``; if it raises, write ``result`` as failed, with the reason."""
+    try:
+        scenario()
+    except Exception as exc:
+        reason = redact_text(f"{type(exc).__name__}: {exc}")[:300]
+        progress(f"{result}: did not finish: {reason}")
+        write_result(result, {"scenario": result, "failed": reason})
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -136,6 +149,7 @@ def compare() -> dict[str, Any]:
                 "lateness_p99_ms": (ours.get("lateness_ms") or {}).get("p99"),
                 "jobs": ours.get("jobs"),
                 **_more(ours),
+                **({"failed": ours["failed"]} if ours.get("failed") else {}),
             }
         }
         section: dict[str, Any] = {}
@@ -174,6 +188,8 @@ def readme_table(table: dict[str, Any]) -> str:
     ]
 
     def cell(d: dict[str, Any]) -> str:
+        if d.get("failed"):
+            return f"did not finish ({d['failed']})"
         p99 = d.get("lateness_p99_ms")
         shown = "n/m" if p99 is None else f"{p99:.0f} ms"
         cpu = d.get("cpu_ms_per_job")
@@ -181,7 +197,7 @@ def readme_table(table: dict[str, Any]) -> str:
         return f"{d['throughput_jobs_per_s']:,.0f} jobs/s, p99 {shown}{more}"
 
     def ratios(d: dict[str, Any] | None) -> str:
-        if d is None:
+        if d is None or d.get("throughput_ratio") is None:
             return "–"
         lat, cpu = d["lateness_ratio"], d.get("cpu_ratio")
         return (
