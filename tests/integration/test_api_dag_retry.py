@@ -212,6 +212,13 @@ def test_dead_letters_make_a_retry_idempotent_and_a_replay_repairs_its_run(
                 30,
                 "both dead letters projected",
             )
+
+            # the runs are in another topic: projected in no particular order with the letters
+            def failed_runs() -> set[str]:
+                items = c.get(f"/v1/dags/{dag_id}/runs").json()["items"]
+                return {i["dag_run_id"] for i in items if i["status"] == "failed"}
+
+            wait_for(lambda: {retried, replayed} <= failed_runs(), 30, "both runs projected")
             first = c.post(f"/v1/dags/{dag_id}/runs/{retried}/retry")
             assert first.status_code == 202 and not first.json()["already_requested"], first.text
             second = c.post(f"/v1/dags/{dag_id}/runs/{retried}/retry")

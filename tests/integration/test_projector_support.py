@@ -41,13 +41,18 @@ class RunningProjector:
         self.thread.start()
 
     def caught_up(self, timeout_s: float = 30) -> None:
-        self.projector.idle.clear()
-        wait_for(
-            lambda: self.projector.idle.is_set(),
-            timeout_s,
-            "the projector to read every partition to its end",
-            interval_s=0.2,
-        )
+        """Wait until the projector has read every partition to its end. Twice: a check in
+        flight when this is called may have read the ends before the caller's last records
+        (and set ``idle`` after the clear); the second set comes from a check begun after
+        the first one ended."""
+        for _ in range(2):
+            self.projector.idle.clear()
+            wait_for(
+                lambda: self.projector.idle.is_set(),
+                timeout_s,
+                "the projector to read every partition to its end",
+                interval_s=0.2,
+            )
 
     def stop(self) -> None:
         self.projector.stop()
