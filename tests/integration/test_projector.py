@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
@@ -12,8 +11,6 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from duetime.consumers.projector.service import Projector
-from duetime.consumers.projector.settings import ProjectorSettings
 from duetime.consumers.projector.store import ProjectionStore, checksums
 from duetime.core.config import CommonSettings
 from duetime.core.topics import Topics
@@ -293,15 +290,12 @@ def test_an_unwatched_projector_does_not_check_whether_it_is_caught_up(
 ) -> None:
     """A caught-up check names every partition in a ListOffsets request; only a run until
     caught up or a caller watching ``idle`` needs one, so a service's idle loop sends none."""
-    projector = Projector(ProjectorSettings(common=settings, poll_s=0.05))
-    thread = threading.Thread(target=projector.run, daemon=True)
-    thread.start()
+    running = RunningProjector(settings, watch_idle=False)
+    projector = running.projector
     try:
         expected = len(projector._types) * settings.partitions
         wait_for(lambda: len(projector.assigned) == expected, 30, "every partition assigned")
         time.sleep(1.5)  # an idle loop checked every 0.2 s before
         assert not projector.idle.is_set()  # caught up (the topics are empty): not asked
     finally:
-        projector.stop()
-        thread.join(30)
-    assert not thread.is_alive()
+        running.stop()

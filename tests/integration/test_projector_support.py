@@ -30,10 +30,13 @@ class RunningProjector:
         *,
         rebuild: bool = False,
         projector_settings: ProjectorSettings | None = None,
+        watch_idle: bool = True,
     ) -> None:
-        """``projector_settings``: instead of the default ones (a 50 ms poll)."""
+        """``projector_settings``: instead of the default ones (a 50 ms poll); ``watch_idle``:
+        keep ``idle`` up to date (``caught_up`` waits on it)."""
         self.projector = Projector(
-            projector_settings or ProjectorSettings(common=settings, poll_s=0.05), watch_idle=True
+            projector_settings or ProjectorSettings(common=settings, poll_s=0.05),
+            watch_idle=watch_idle,
         )
         if rebuild:
             self.projector.rebuild()
