@@ -309,7 +309,7 @@ class Resolver:
                 )
                 return progress.Actions()
             kids = None if shape is None else self._children(run_id, shape)
-            actions = progress.on_node(state, shape, kids, key, status, now_ms)
+            actions = progress.on_node(state, shape, kids, key, status, now_ms, record.execution_id)
         if actions.progress_changed:
             self.progress[run_id] = state.to_table()
         if state.done is DagRunStatus.SUCCESS and shape is not None:

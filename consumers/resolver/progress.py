@@ -39,6 +39,14 @@ therefore sends again the releases, skips and completion it implied, in case the
 caused the redelivery lost them; the scheduler ignores a second release or skip of a job in
 the same run, and a completion carries the run's id. Without redelivery nothing is sent twice:
 a node is released by the success of its last upstream only.
+
+A repair is the one move backwards (dead to pending), so a redelivery must not undo it. The
+progress table and the input offsets are not written atomically: a successor restores a
+run's progress from the changelog, possibly past the repair, and then reads again events
+from before it. The dead letter of the execution the repair replaced would kill the node
+again and skip its descendants; so the progress remembers which execution made each node
+dead (``dead``), a repair moves those ids to ``superseded``, and an event of a superseded
+execution changes nothing (each repair's release is a new execution, with a new id).
 """
 
 from __future__ import annotations
@@ -71,6 +79,9 @@ _ENDS_BADLY = frozenset({Status.DEAD, Status.CANCELLED, Status.EXPIRED})
 
 REQUESTS_KEPT = 20
 """Repair request ids remembered per run (a redelivery comes within seconds)."""
+
+SUPERSEDED_KEPT = 1_000
+"""Ids of the executions repairs replaced, remembered per run (newest kept)."""
 
 
 @dataclass
@@ -134,18 +145,24 @@ class Progress:
     """The by_run partition whose sweep may drop it (set by the app)."""
     repairs: list[str] = field(default_factory=list)
     """The ids of the repair requests applied, oldest first (at most ``REQUESTS_KEPT``)."""
+    dead: dict[str, str] = field(default_factory=dict)
+    """key → the id of the execution whose dead letter made the node dead."""
+    superseded: list[str] = field(default_factory=list)
+    """The ids of the dead executions a repair ran again, oldest first (at most
+    ``SUPERSEDED_KEPT``): a redelivered event of one changes nothing (module docstring)."""
 
     def to_table(self) -> dict[str, Any]:
         """Plain strings for the enums: the table's JSON serializer need not know them.
-        ``repairs`` only once there is one: an unrepaired run's entry keeps the format that
-        earlier builds wrote (and read)."""
+        ``repairs``, ``dead`` and ``superseded`` only once they hold something: an unrepaired
+        run's entry keeps the format that earlier builds wrote (and read)."""
         data = {
             **asdict(self),
             "statuses": {key: status.value for key, status in self.statuses.items()},
             "done": None if self.done is None else self.done.value,
         }
-        if not self.repairs:
-            del data["repairs"]
+        for name in _OMITTED_WHEN_EMPTY:
+            if not data[name]:
+                del data[name]
         return data
 
     @classmethod
@@ -157,8 +174,14 @@ class Progress:
         return cls(
             statuses={key: Status(status) for key, status in statuses.items()},
             done=None if done is None else DagRunStatus(done),
+            # copies: the transform edits these in place, never the table's entry
+            dead=dict(values.pop("dead", None) or {}),
+            superseded=list(values.pop("superseded", None) or []),
             **values,
         )
+
+
+_OMITTED_WHEN_EMPTY = ("repairs", "dead", "superseded")
 
 
 def new_progress(run_id: str, dag_id: str | None, now_ms: int) -> Progress:
@@ -198,12 +221,16 @@ def on_node(
     key: str,
     status: NodeEvent,
     now_ms: int,
+    execution_id: str | None = None,
 ) -> Actions:
-    """A node's result (running, failed, success) or its dead letter (dead).
+    """A node's result (running, failed, success) or its dead letter (dead), of the execution
+    ``execution_id`` (None: an event that names none, a member's cancellation).
 
     ``shape`` and ``kids`` are None while the run's started event has not been seen.
     """
     out = Actions()
+    if execution_id is not None and execution_id in progress.superseded:
+        return out  # a redelivered event of an execution a repair ran again: stale
     if progress.done is not None:
         # a redelivered event of a finished run: say again how it ended, change nothing
         _completion(progress, now_ms, out)
@@ -216,6 +243,13 @@ def on_node(
         return out  # terminal statuses do not change (e.g. a late "running" after success)
     if current != status:
         statuses[key] = status
+        out.progress_changed = True
+    if (
+        status == Status.DEAD
+        and execution_id is not None
+        and progress.dead.get(key) != execution_id
+    ):
+        progress.dead[key] = execution_id
         out.progress_changed = True
     if shape is None or kids is None:
         return out  # remembered until the run's started event arrives
@@ -264,10 +298,15 @@ def on_retry(
     if not plan:
         return out  # nothing dead: a run already being repaired, or one that succeeded
     statuses = progress.statuses
+    superseded = progress.superseded
     for key in plan.rerun:
+        dead_id = progress.dead.pop(key, None)
+        if dead_id is not None:
+            superseded.append(dead_id)
         statuses[key] = Status.PENDING
         out.commands.append(_command(progress, shape, key, ControlKind.RELEASE, now_ms))
         out.events.append(_node_event(shape, progress, key, Status.PENDING, now_ms))
+    del superseded[:-SUPERSEDED_KEPT]
     for key in plan.reblock:
         statuses[key] = Status.BLOCKED
         out.events.append(_node_event(shape, progress, key, Status.BLOCKED, now_ms))

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from typing import TypeAlias, cast
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from duetime.consumers.resolver import progress as p
@@ -193,9 +195,12 @@ def test_any_failed_run_repairs_to_success_when_nothing_fails_again(
     assert all(s == "success" for s in run.progress.statuses.values())
 
 
-def _play(run: Run, nodes: dict[str, list[str]], dies: set[str]) -> None:
+def _play(
+    run: Run, nodes: dict[str, list[str]], dies: set[str], log: list[Step] | None = None
+) -> None:
     """Drive every released node to its end, as a worker and the scheduler would (roots are
-    released by the scheduler when the run starts: the resolver has not heard of them)."""
+    released by the scheduler when the run starts: the resolver has not heard of them); each
+    release is a new execution, whose events ``log`` records."""
     while True:
         statuses = run.progress.statuses
         pending = sorted(
@@ -204,4 +209,89 @@ def _play(run: Run, nodes: dict[str, list[str]], dies: set[str]) -> None:
         if not pending:
             return
         key = pending[0]
-        run.node(key, Status.DEAD if key in dies else Status.SUCCESS)
+        execution_id = f"{key}-{next(_EXECUTIONS)}"
+        steps: list[Step] = [
+            (key, Status.RUNNING, execution_id),
+            (key, Status.DEAD if key in dies else Status.SUCCESS, execution_id),
+        ]
+        for step in steps:
+            _step(run, step)
+        if log is not None:
+            log.extend(steps)
+
+
+def test_a_redelivered_dead_letter_of_a_repaired_node_changes_nothing() -> None:
+    """A successor restores the progress past the repair and reads the dead letter again
+    (found by a resolver SIGKILLed mid-repair): the node stays pending, nothing is skipped."""
+    run = Run(CHAIN)
+    run.node("a", Status.RUNNING, "x1")
+    run.node("a", Status.DEAD, "x1")
+    assert run.progress.dead == {"a": "x1"}
+    retry(run)
+    assert run.progress.superseded == ["x1"] and run.progress.dead == {}
+    for status in (Status.RUNNING, Status.FAILED, Status.DEAD):
+        again = run.node("a", status, "x1")
+        assert again.commands == [] and again.events == [] and not again.progress_changed
+    assert run.progress.statuses == {"a": "pending", "b": "blocked", "c": "blocked"}
+    assert run.progress.done is None
+    # the repair's own execution is another one, and drives the run on
+    assert commands(run.node("a", Status.SUCCESS, "x2"), "release") == ["b"]
+
+
+def test_superseded_executions_are_bounded_and_survive_json() -> None:
+    run = Run({"a": []})
+    for i in range(p.SUPERSEDED_KEPT + 3):
+        run.node("a", Status.DEAD, f"x{i}")
+        retry(run, f"req-{i}")
+    assert len(run.progress.superseded) == p.SUPERSEDED_KEPT
+    assert run.progress.superseded[-1] == f"x{p.SUPERSEDED_KEPT + 2}"
+    stored = json.loads(json.dumps(run.progress.to_table()))
+    restored = p.Progress.from_table(stored)
+    assert restored.to_table() == run.progress.to_table()
+    restored.superseded.append("mutated")
+    assert "mutated" not in stored["superseded"]  # the table's entry is never edited
+
+
+_EXECUTIONS = itertools.count()
+"""Execution ids: each release of a node is a new execution."""
+
+Step: TypeAlias = tuple[str, Status | None, str]
+"""("retry", None, request id), or (node key, status, execution id)."""
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(max_size=8), st.data())
+def test_a_replay_from_any_offset_over_any_restored_progress_ends_as_one_pass(
+    nodes: dict[str, list[str]], data: st.DataObject
+) -> None:
+    """At least once, as a successor sees it: the progress restored from the changelog after
+    any prefix of the run's events (k), then every event read again from any earlier offset
+    (c <= k), repairs included: the run ends as the one pass did."""
+    dies = set(data.draw(st.lists(st.sampled_from(sorted(nodes)), unique=True)))
+    log: list[Step] = []
+    once = Run(nodes)
+    _play(once, nodes, dies, log)
+    if once.progress.done is not DagRunStatus.SUCCESS:
+        log.append(("retry", None, "req-1"))
+        _step(once, log[-1])
+        _play(once, nodes, set(), log)
+    assert once.progress.done is DagRunStatus.SUCCESS
+    k = data.draw(st.integers(0, len(log)), label="restored after")
+    c = data.draw(st.integers(0, k), label="read again from")
+    run = Run(nodes)
+    for step in log[:k]:
+        _step(run, step)
+    run.progress = p.Progress.from_table(json.loads(json.dumps(run.progress.to_table())))
+    run.start()  # the started event is read again too
+    for step in log[c:]:
+        _step(run, step)
+    assert run.progress.statuses == once.progress.statuses
+    assert run.progress.done is DagRunStatus.SUCCESS
+
+
+def _step(run: Run, step: Step) -> None:
+    key, status, ident = step
+    if status is None:
+        retry(run, ident)
+    else:
+        run.node(key, cast(p.NodeEvent, status), ident)

@@ -43,9 +43,9 @@ class Run:
         self.shape = p.Shape.of(started(self.nodes))
         return self._keep(p.on_started(self.progress, self.shape, children(self.nodes), 1))
 
-    def node(self, key: str, status: p.NodeEvent) -> p.Actions:
+    def node(self, key: str, status: p.NodeEvent, execution_id: str | None = None) -> p.Actions:
         kids = None if self.shape is None else children(self.nodes)
-        return self._keep(p.on_node(self.progress, self.shape, kids, key, status, 1))
+        return self._keep(p.on_node(self.progress, self.shape, kids, key, status, 1, execution_id))
 
     def _keep(self, actions: p.Actions) -> p.Actions:
         self.sent.append(actions)
