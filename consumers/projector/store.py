@@ -24,6 +24,7 @@ from psycopg.rows import class_row
 from duetime.core.cancel import flag_cancelled_jobs, flag_queued_of_cancelled
 from duetime.core.clock import SYSTEM_CLOCK, Clock
 from duetime.core.models import Status
+from duetime.core.pgarrays import int_array, ms_timestamp_array, text_array
 from duetime.core.projection import JOB_COLUMNS, JOB_DEFINITION_COLUMNS, JOB_STATUS_COLUMNS
 from duetime.core.records import (
     DagDefinition,
@@ -379,7 +380,7 @@ class ProjectionStore:
             touched = {job_id for _, job_id, _ in batch.executions.values()}
             touched |= batch.definitions.keys() | batch.states.keys()
             if touched:
-                conn.execute(_LAST_EXECUTION, (sorted(touched),))
+                conn.execute(_LAST_EXECUTION, (text_array(sorted(touched)),))
             if batch.dead:
                 self._copy(conn, "stage_dead", DEAD_COLS, [row for _, row in batch.dead.values()])
                 conn.execute(_DEAD_UPSERT)
@@ -413,12 +414,12 @@ class ProjectionStore:
         cur = conn.execute(
             _STATUS_UPDATE,
             (
-                [h.job_id for _, h in states],
-                [h.definition.revision for _, h in states],
-                [h.status.value for _, h in states],
-                [rows.dt(h.next_run_at_ms) for _, h in states],
-                [rows.dt(h.updated_at_ms) for _, h in states],
-                [o for o, _ in states],
+                text_array([h.job_id for _, h in states]),
+                int_array([h.definition.revision for _, h in states]),
+                text_array([h.status.value for _, h in states]),
+                ms_timestamp_array([h.next_run_at_ms for _, h in states]),
+                ms_timestamp_array([h.updated_at_ms for _, h in states]),
+                int_array([o for o, _ in states]),
             ),
         )
         return [str(job_id) for (job_id,) in cur.fetchall()]
@@ -427,12 +428,13 @@ class ProjectionStore:
         missing = [i for i in batch.executions if i not in self.cache]
         existing: dict[str, rows.Execution] = {}
         if missing:
-            scheduled = [rows.dt(ms) for ms in sorted({batch.executions[i][0] for i in missing})]
+            scheduled = sorted({batch.executions[i][0] for i in missing})
             with conn.cursor(row_factory=class_row(rows.StoredExecution)) as cur:
                 cur.execute(
                     f"SELECT {_cols(rows.StoredExecution.COLUMNS)} FROM executions "
-                    "WHERE execution_id = ANY(%s::uuid[]) AND scheduled_at = ANY(%s)",
-                    (missing, scheduled),
+                    "WHERE execution_id = ANY(%s::uuid[]) "
+                    "AND scheduled_at = ANY(%s::timestamptz[])",
+                    (text_array(missing), ms_timestamp_array(scheduled)),
                 )
                 for row in cur:
                     loaded = rows.execution_from_row(row)
@@ -451,14 +453,13 @@ class ProjectionStore:
         conn.execute(_EXECUTION_UPSERT)
 
     def _write_replays(self, conn: psycopg.Connection[Any], replays: dict[str, int]) -> None:
-        ids = list(replays)
-        times = [rows.dt(replays[i]) for i in ids]
+        ids = text_array(replays)
         conn.execute(
             "INSERT INTO dlq_replays AS r (execution_id, replayed_at) "
             "SELECT * FROM unnest(%s::uuid[], %s::timestamptz[]) "
             "ON CONFLICT (execution_id) DO UPDATE "
             "SET replayed_at = GREATEST(r.replayed_at, EXCLUDED.replayed_at)",
-            (ids, times),
+            (ids, ms_timestamp_array(replays.values())),
         )
         conn.execute(
             "UPDATE dead_letters d SET replayed_at = r.replayed_at FROM dlq_replays r "
@@ -494,9 +495,9 @@ class ProjectionStore:
             "SET next_offset = GREATEST(o.next_offset, EXCLUDED.next_offset)",
             (
                 self.consumer_name,
-                [t for t, _ in keys],
-                [p for _, p in keys],
-                [offsets[k] for k in keys],
+                text_array([t for t, _ in keys]),
+                int_array([p for _, p in keys]),
+                int_array([offsets[k] for k in keys]),
             ),
         )
 

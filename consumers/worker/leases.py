@@ -56,6 +56,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from duetime.core.backoff import Backoff, log_retry, retry_transient_async
 from duetime.core.cancel import CANCEL_OWNER
+from duetime.core.pgarrays import bytea_array, int_array, text_array
 
 from . import metrics
 
@@ -446,8 +447,8 @@ class LeaseStore:
             _RENEW,
             {
                 "ttl_s": self.ttl_s,
-                "ids": [e for e, _ in held],
-                "tokens": [t for _, t in held],
+                "ids": text_array([e for e, _ in held]),
+                "tokens": int_array([t for _, t in held]),
             },
             "renew",
             fast=True,
@@ -463,7 +464,10 @@ class LeaseStore:
         if held:
             await self._execute(
                 _RELEASE,
-                {"ids": [e for e, _ in held], "tokens": [t for _, t in held]},
+                {
+                    "ids": text_array([e for e, _ in held]),
+                    "tokens": int_array([t for _, t in held]),
+                },
                 "release",
                 fetch=False,
                 retries=2,
@@ -489,10 +493,10 @@ class LeaseStore:
         params = {
             "owner": self.owner,
             "ttl_s": self.ttl_s,
-            "ids": list(firsts),
-            "attempts": [item[1] for item in firsts.values()],
-            "jobs": [item[2] for item in firsts.values()],
-            "runs": [item[3] for item in firsts.values()],
+            "ids": text_array(firsts),
+            "attempts": int_array([item[1] for item in firsts.values()]),
+            "jobs": text_array([item[2] for item in firsts.values()]),
+            "runs": text_array([item[3] for item in firsts.values()]),
         }
         claimed, held = await self._claim_rows(_CLAIM, params, list(firsts))
         return self._answers(
@@ -508,13 +512,13 @@ class LeaseStore:
         params = {
             "owner": self.owner,
             "ttl_s": self.ttl_s,
-            "ids": [i[0] for i in chosen],
-            "attempts": [i[1] for i in chosen],
-            "jobs": [i[2] for i in chosen],
-            "runs": [i[3] for i in chosen],
-            "ckeys": [i[4].concurrency_key for i in chosen],
-            "climits": [i[4].concurrency_limit for i in chosen],
-            "rkeys": [i[4].rate_key for i in chosen],
+            "ids": text_array([i[0] for i in chosen]),
+            "attempts": int_array([i[1] for i in chosen]),
+            "jobs": text_array([i[2] for i in chosen]),
+            "runs": text_array([i[3] for i in chosen]),
+            "ckeys": text_array([i[4].concurrency_key for i in chosen]),
+            "climits": int_array([i[4].concurrency_limit for i in chosen]),
+            "rkeys": text_array([i[4].rate_key for i in chosen]),
             "rates": [i[4].per_s for i in chosen],
             "bursts": [i[4].burst for i in chosen],
         }
@@ -532,7 +536,7 @@ class LeaseStore:
             missing = [e for e in ids if e not in answered]
             held: dict[str, tuple[Any, ...]] = {}
             if missing:
-                cur = await conn.execute(_INSPECT, {"ids": missing})
+                cur = await conn.execute(_INSPECT, {"ids": text_array(missing)})
                 held = {row[0]: row for row in await cur.fetchall()}
         return answered, held
 
@@ -563,10 +567,10 @@ class LeaseStore:
             rows = await self._execute(
                 _COMPLETE,
                 {
-                    "ids": [c.execution_id for _, c in chunk],
-                    "tokens": [c.token for _, c in chunk],
-                    "outcomes": [c.outcome for _, c in chunk],
-                    "results": [c.result for _, c in chunk],
+                    "ids": text_array([c.execution_id for _, c in chunk]),
+                    "tokens": int_array([c.token for _, c in chunk]),
+                    "outcomes": text_array([c.outcome for _, c in chunk]),
+                    "results": bytea_array([c.result for _, c in chunk]),
                 },
                 "complete",
                 retries=0,
