@@ -52,13 +52,13 @@ from duetime.core.records import (
     SchedulerState,
 )
 from duetime.core.redact import redact_text
-from duetime.core.topics import Topics
+from duetime.core.topics import HELD_PREFIX, Topics
 from duetime.schemas.codec import Codec
 
 from . import logic, metrics
 from .crowd import Crowd
 from .fairness import SHARE_HEADER, FairnessGate, Share, share_of
-from .store import CACHE_KIB, HELD_PREFIX, StateStore
+from .store import CACHE_KIB, StateStore
 
 log = logging.getLogger("duetime.scheduler")
 

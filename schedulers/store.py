@@ -28,12 +28,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from duetime.core.records import SchedulerState
+from duetime.core.topics import HELD_PREFIX
 
 from .crowd import Crowd, crowd_lead
-
-HELD_PREFIX = "held/"
-"""Changelog keys ``held/<job_id>/<issued_at_ms>/<command_id>`` hold early control commands."""
-
 
 DECODED_LIMIT = 16_384
 """Decoded states kept per partition. 4,096 made most fires of a 100,000-job burst in six

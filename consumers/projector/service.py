@@ -54,7 +54,7 @@ from duetime.core.records import (
     JobDefinition,
     SchedulerState,
 )
-from duetime.core.topics import Topics
+from duetime.core.topics import HELD_PREFIX, Topics
 from duetime.schemas.codec import Codec
 
 from . import metrics, rows
@@ -75,6 +75,7 @@ _CONTENT_ERRORS: tuple[type[BaseException], ...] = (
     psycopg.DataError,
     psycopg.IntegrityError,
 )
+_HELD = HELD_PREFIX.encode()
 _PARKED_MEMORY = 100_000
 KAFKA_COMMIT_INTERVAL_S = 1.0
 """How often the projector commits its (informational) offsets to Kafka at most."""
@@ -263,6 +264,8 @@ class Projector:
             value = msg.value()
             if value is None:
                 continue  # a tombstone: nothing deletes projected rows
+            if topic == self.topics.state and (msg.key() or b"").startswith(_HELD):
+                continue  # a command the scheduler holds for a job it has not met: no state
             event_type = self._type_of(topic)
             counts[event_type] += 1
             if topic == self.topics.state and newest_state[(partition, msg.key())] != i:

@@ -39,6 +39,10 @@ def check_queue(name: object) -> str:
     return name
 
 
+HELD_PREFIX = "held/"
+"""State changelog keys ``held/<job_id>/<issued_at_ms>/<command_id>``: a control command the
+scheduler holds until its job arrives (the value is the ControlCommand), not a job's state."""
+
 # Compaction keeps only the latest record per key, which is what a definition or a changelog
 # needs; min.compaction.lag keeps a few seconds of history for consumers that are just behind.
 _COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "10000"}

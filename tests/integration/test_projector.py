@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 
@@ -17,7 +18,7 @@ from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
 from duetime.schedulers.settings import SchedulerSettings
 from duetime.schemas.codec import Codec
-from tests.helpers import RunningScheduler, committed_offsets, wait_for
+from tests.helpers import RunningScheduler, TopicReader, committed_offsets, wait_for
 from tests.integration.test_projector_support import (
     RunningProjector,
     SimWorker,
@@ -299,3 +300,33 @@ def test_an_unwatched_projector_does_not_check_whether_it_is_caught_up(
         assert not projector.idle.is_set()  # caught up (the topics are empty): not asked
     finally:
         running.stop()
+
+
+def test_a_command_held_for_a_job_not_yet_known_is_not_parked(
+    settings: CommonSettings, scheduler: RunningScheduler
+) -> None:
+    """A command that overtakes its job is held by the scheduler in the state changelog
+    (key ``held/...``, a ControlCommand as value): scheduler bookkeeping, not a state the
+    projector failed to decode. It is skipped, not copied to the poison topic."""
+    topics = Topics(settings.topic_prefix)
+    state = TopicReader(settings, [topics.state], None)
+    poison = TopicReader(settings, [topics.poison], None)
+    projector = RunningProjector(settings)
+    try:
+        with JobClient(settings=settings) as client:
+            client.cancel(str(uuid.uuid4()))  # a job id nobody created (yet)
+            wait_for(
+                lambda: any((m.key() or b"").startswith(b"held/") for m in state.raw),
+                30,
+                "the scheduler to hold the command in its changelog",
+            )
+            job = client.create_job(
+                name="after", schedule={"at": iso(datetime.now(UTC))}, target=HTTP
+            )
+        wait_for(lambda: status_of(settings, job.job_id) is not None, 30, "the job's row")
+        projector.caught_up()
+        assert poison.raw == []
+    finally:
+        projector.stop()
+        state.close()
+        poison.close()

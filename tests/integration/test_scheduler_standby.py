@@ -14,14 +14,13 @@ from confluent_kafka import Producer
 
 from duetime.core.config import CommonSettings
 from duetime.core.jobspec import build_job
-from duetime.core.topics import Topics
+from duetime.core.topics import HELD_PREFIX, Topics
 from duetime.schedulers import logic, metrics
 from duetime.schedulers.fairness import SHARE_HEADER, Share
 from duetime.schedulers.partition import WAKE_HEADER, PartitionOwner
 from duetime.schedulers.service import Scheduler
 from duetime.schedulers.settings import SchedulerSettings
 from duetime.schedulers.standby import Standby
-from duetime.schedulers.store import HELD_PREFIX
 from tests.helpers import wait_for
 
 PARTITION = 2

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from duetime.core.models import Status
 from duetime.core.records import JobDefinition, SchedulerState
+from duetime.core.topics import HELD_PREFIX
 from duetime.schedulers import store as store_module
 from duetime.schedulers.store import StateStore, decoded_size
 from duetime.schemas.codec import Codec
@@ -269,7 +270,7 @@ def test_a_restore_keeps_each_jobs_latest_record(
     model: dict[str, tuple[int | None, bytes]] = {}
     held: dict[str, set[str]] = {}
     for key, wake, value in [*before, *rows]:
-        if key.startswith(store_module.HELD_PREFIX):
+        if key.startswith(HELD_PREFIX):
             job = key.split("/")[1]
             if value is None:
                 held.get(job, set()).discard(key)
