@@ -52,6 +52,7 @@ from duetime.core.records import (
     SchedulerState,
 )
 from duetime.core.redact import redact_text
+from duetime.core.state_head import HEAD_HEADER, encode_head
 from duetime.core.topics import HELD_PREFIX, Topics
 from duetime.schemas.codec import Codec
 
@@ -892,7 +893,10 @@ class PartitionOwner:
             wake = logic.wake_at_ms(state, self.policy.fire_lead_ms)
             value = p.encoded[job_id]
             header = b"" if wake is None else str(wake).encode()
-            headers: list[tuple[str, str | bytes | None]] = [(WAKE_HEADER, header)]
+            headers: list[tuple[str, str | bytes | None]] = [
+                (WAKE_HEADER, header),
+                (HEAD_HEADER, encode_head(state)),  # the projector's status columns
+            ]
             if job_id in self.fairness:  # its share, for a new owner's gate (restore)
                 share = share_of(state)
                 if share is not None:

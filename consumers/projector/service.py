@@ -54,6 +54,7 @@ from duetime.core.records import (
     JobDefinition,
     SchedulerState,
 )
+from duetime.core.state_head import HEAD_HEADER, decode_head
 from duetime.core.topics import HELD_PREFIX, Topics
 from duetime.schemas.codec import Codec
 
@@ -272,7 +273,7 @@ class Projector:
                 continue
             try:
                 if topic == self.topics.state:
-                    self._add_state(batch, value, topic, partition, offset)
+                    self._add_state(batch, msg, value, offset)
                     continue
                 record = self.codec.load(BY_EVENT_TYPE[event_type], value)
                 self._add(batch, record, offset)
@@ -351,13 +352,13 @@ class Projector:
             self._parked.clear()
         self._parked.update(_where(m) for m, _ in fresh)
 
-    def _add_state(
-        self, batch: Batch, value: bytes, topic: str, partition: int, offset: int
-    ) -> None:
-        """A state's head now (its definition skipped, not built); the whole state only if
-        the store needs its definition. A whole decode that fails then fails the batch for
-        its content, and the record is found and parked one by one (``_isolate``)."""
-        head = self.codec.load(
+    def _add_state(self, batch: Batch, msg: Message, value: bytes, offset: int) -> None:
+        """A state's head now: from its header (``duetime.core.state_head``), else decoded
+        with its definition skipped, not built; the whole state only if the store needs its
+        definition. A whole decode that fails then fails the batch for its content, and the
+        record is found and parked one by one (``_isolate``)."""
+        topic, partition = self.topics.state, msg.partition()
+        head = _header_head(msg) or self.codec.load(
             rows.StateHead,
             value,
             topic=topic,
@@ -535,3 +536,29 @@ class Projector:
 
 def _where(msg: Message) -> tuple[str, int, int]:
     return msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+
+
+def _header_head(msg: Message) -> rows.StateHead | None:
+    """The state's head from its ``duetime-head`` header, or None (no header, one that does
+    not parse, or a key that is not text): the caller decodes the value then."""
+    key = msg.key()
+    if not key:
+        return None
+    for header in msg.headers() or []:
+        if header[0] == HEAD_HEADER:
+            head = decode_head(header[1])
+            if head is None:
+                return None
+            try:
+                job_id = key.decode()
+            except UnicodeDecodeError:
+                return None
+            revision, status, next_ms, updated_ms = head
+            return rows.StateHead(
+                job_id=job_id,
+                definition=rows.DefinitionRevision(revision=revision),
+                status=status,
+                next_run_at_ms=next_ms,
+                updated_at_ms=updated_ms,
+            )
+    return None

@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import psycopg
@@ -14,8 +15,12 @@ from confluent_kafka import Producer
 
 from duetime.consumers.projector.store import ProjectionStore, checksums
 from duetime.core.config import CommonSettings
+from duetime.core.jobspec import build_job
+from duetime.core.models import Status
+from duetime.core.state_head import HEAD_HEADER, encode_head
 from duetime.core.topics import Topics
 from duetime.producers.sdk import JobClient
+from duetime.schedulers import logic
 from duetime.schedulers.settings import SchedulerSettings
 from duetime.schemas.codec import Codec
 from tests.helpers import RunningScheduler, TopicReader, committed_offsets, wait_for
@@ -330,3 +335,46 @@ def test_a_command_held_for_a_job_not_yet_known_is_not_parked(
         projector.stop()
         state.close()
         poison.close()
+
+
+def test_state_heads_come_from_their_header_or_else_from_their_value(
+    settings: CommonSettings,
+) -> None:
+    """A scheduler writes each state's head in a header (``duetime.core.state_head``) so the
+    projector need not read past the embedded definition. A state without the header (an
+    earlier build's) or with one that does not parse is read from its value; with a header
+    that parses, the value is not read for the status columns at all."""
+    topics = Topics(settings.topic_prefix)
+    codec = Codec(registry_url=settings.schema_registry_url)
+    now_ms = int(time.time() * 1000)
+    body = {"schedule": {"at": "2100-01-01T00:00:00Z"}, "target": HTTP}
+    cases = ("header", "bad-header", "no-header", "header-only")
+    definitions = {c: build_job({**body, "name": c}, now_ms=now_ms) for c in cases}
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    for d in definitions.values():
+        producer.produce(topics.jobs, codec.dump(d, topic=topics.jobs), d.job_id)
+    producer.flush(10)
+    projector = RunningProjector(settings)
+    try:
+        wait_for(
+            lambda: all(status_of(settings, d.job_id) == "pending" for d in definitions.values()),
+            30,
+            "the jobs' rows",
+        )
+        for case, d in definitions.items():
+            state = replace(logic.new_state(d, now_ms), status=Status.PAUSED, updated_at_ms=now_ms)
+            value = codec.dump(state, topic=topics.state)
+            headers: list[tuple[str, str | bytes | None]] = []
+            if case in ("header", "header-only"):
+                headers = [(HEAD_HEADER, encode_head(state))]
+            elif case == "bad-header":
+                headers = [(HEAD_HEADER, b"1 pausd x 2")]
+            if case == "header-only":
+                value = b"\x00not a state"  # the header suffices: the value is not read
+            producer.produce(topics.state, value, d.job_id, headers=headers)
+        producer.flush(10)
+        projector.caught_up()
+        for case, d in definitions.items():
+            assert status_of(settings, d.job_id) == "paused", case
+    finally:
+        projector.stop()
