@@ -42,8 +42,14 @@ def ended(reader: TopicReader, run_id: str, status: str, resolver: ResolverProce
     # start-up for 60 s (faust's start and the group's join), twice timing this wait out
     try:
         return wait_for(found, 120, f"run {run_id} to end {status}")
-    except AssertionError as exc:  # say what the resolver did
-        raise AssertionError(f"{exc}\nthe resolver's log:\n{resolver.log()[-4000:]}") from None
+    except AssertionError as exc:  # say what the resolver did, and what the run saw
+        seen = [
+            (e["kind"], e.get("node_key"), e.get("node_status"), e.get("status"))
+            for e in run_events(reader, run_id)
+        ]
+        raise AssertionError(
+            f"{exc}\nthe run's events: {seen}\nthe resolver's log:\n{resolver.log()[-4000:]}"
+        ) from None
 
 
 def fatal_until(fixed: threading.Event, key: str) -> Any:
