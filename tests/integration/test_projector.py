@@ -104,6 +104,13 @@ def test_projection_follows_jobs_executions_and_dead_letters_then_rebuilds_ident
             "ok",
         )
         assert queued <= started <= finished and lateness is not None and lateness >= 0
+        (attempts,) = pg_rows(
+            settings, "SELECT attempts FROM executions WHERE job_id = %s", ok.job_id
+        )[0]
+        # the columns hold the instants of the attempt's history, to the millisecond
+        times = [datetime.fromisoformat(attempts[-1][k]) for k in ("queued_at", "started_at")]
+        assert [queued, started] == times
+        assert finished == datetime.fromisoformat(attempts[-1]["finished_at"])
         (dead_row,) = pg_rows(
             settings,
             "SELECT status, attempt, attempts, error FROM executions WHERE job_id = %s",
