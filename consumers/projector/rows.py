@@ -458,7 +458,7 @@ def execution_row(ex: Execution) -> Row:
         "status": latest.status(),
         "attempt": numbers[-1],
         "trigger": ex.trigger,
-        # ISO text, as COPY's text format sends it: a datetime took psycopg ~3.5 us a value to
+        # ISO text, as COPY's text format sends it: a datetime took psycopg ~3.2 us a value to
         # format back into this text (the attempts' times are already text, from ``iso``)
         "queued_at": iso(latest.queued_at_ms),
         "started_at": latest.started_at,
