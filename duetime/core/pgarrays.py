@@ -14,7 +14,10 @@ it cannot add elements and shift the other arrays of an ``unnest``. ``None`` is 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import cast
+
+from .projection import dt
 
 
 def _quoted(value: str) -> str:
@@ -42,16 +45,13 @@ def _int_text(value: int) -> str:
 
 
 def ms_timestamp_array(values: Iterable[int | None]) -> str:
-    """The literal of epoch milliseconds as ``timestamptz[]`` elements, the same instants as
-    ``datetime.fromtimestamp(ms / 1000, UTC)`` (what psycopg would have been given)."""
-    return (
-        "{"
-        + ",".join(
-            "NULL" if ms is None else f'"{datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()}"'
-            for ms in values
-        )
-        + "}"
-    )
+    """The literal of epoch milliseconds as ``timestamptz[]`` elements: the instants of
+    ``projection.dt``, which the projector's COPY rows hold (lookups by them must match)."""
+    return "{" + ",".join("NULL" if ms is None else f'"{_instant(ms)}"' for ms in values) + "}"
+
+
+def _instant(ms: int) -> str:
+    return cast(datetime, dt(ms)).isoformat()  # dt answers None for None only
 
 
 def bytea_array(values: Iterable[bytes | None]) -> str:
