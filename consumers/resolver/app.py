@@ -15,11 +15,13 @@ of a run on one partition, in order, and owns that run's table entries together 
 partition: a changelog restore or a standby brings them back on whichever process gets it.
 
 Guarantees: at-least-once (faust flushes what an agent sent, changelog writes included,
-before it commits the offsets of what was consumed), idempotent outputs (``progress``), and
-read_committed input: the dlq and the started events are written in scheduler transactions,
-and a resolver must not act on an aborted dead letter. faust 0.15 reads read_uncommitted
-unless ``processing_guarantee="exactly_once"``, whose own reports of duplicates and crashes
-DESIGN.md tells us to avoid; :class:`_ReadCommittedThread` sets the isolation level alone.
+before it commits the offsets of what was consumed; a partition with nothing committed is read
+again from its first record after every rebalance: :func:`seek_to_committed_or_start`),
+idempotent outputs (``progress``), and read_committed input: the dlq and the started events
+are written in scheduler transactions, and a resolver must not act on an aborted dead letter.
+faust 0.15 reads read_uncommitted unless ``processing_guarantee="exactly_once"``, whose own
+reports of duplicates and crashes DESIGN.md tells us to avoid; :class:`_ReadCommittedThread`
+sets the isolation level alone.
 
 Bad records: an input record that does not decode, or a ``started`` event whose nodes do not
 form a DAG, is copied to the poison topic (original bytes and headers, plus its source topic,
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -80,6 +82,33 @@ def librdkafka_partition(key: str, partitions: int) -> int:
 # --- faust plumbing: read_committed without exactly_once -----------------------------------
 
 
+async def seek_to_committed_or_start(consumer: Any, changelog_topics: Set[str]) -> dict[Any, Any]:
+    """Seek every assigned partition to its committed offset, and every stream partition
+    without one (nothing committed yet, or 0) to its beginning; returns the committed offsets
+    (aiokafka's ``seek_to_committed`` answer, None where there is none).
+
+    faust seeks only the partitions with a committed offset above 0 after a rebalance
+    (``Consumer.perform_seek``) and leaves the others where the fetcher stands. But during the
+    recovery the fetcher already fetches the stream partitions, and faust drops what it
+    fetched for a partition it paused in the meantime: aiokafka's position is then past
+    records no one handled. Reproduced: a resolver taking over from a SIGKILLed one (nothing
+    committed) started at dag_runs offset 6 and never saw the run's events (3 of 24 runs of
+    tests/e2e/test_dag_resolver.py beside two busy cores; 0 of 18 with this seek). A partition
+    without a committed offset therefore starts again from its first record, which is what
+    ``auto_offset_reset=earliest`` promises and at-least-once needs. The changelog partitions
+    are left to faust's recovery, which seeks them itself.
+    """
+    committed: dict[Any, Any] = await consumer.seek_to_committed()
+    unstarted = [
+        tp
+        for tp, offset in committed.items()
+        if (offset is None or offset <= 0) and tp.topic not in changelog_topics
+    ]
+    if unstarted:
+        await consumer.seek_to_beginning(*unstarted)
+    return committed
+
+
 class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -87,6 +116,12 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
         # when the consumer starts (checked against aiokafka 0.14)
         consumer._isolation_level = "read_committed"
         return consumer
+
+    async def seek_to_committed(self) -> Mapping[Any, int]:
+        changelogs = set(self.app.tables.changelog_topics)
+        return await self.call_thread(  # type: ignore[no-any-return]
+            seek_to_committed_or_start, self._ensure_consumer(), changelogs
+        )
 
 
 class _Consumer(faust_aiokafka.Consumer):
