@@ -439,10 +439,13 @@ class LocalKafka:
         return output
 
     def _java_cmd(self, libs: Path, *jvm_opts: str) -> list[str]:
+        # DUETIME_KAFKA_LOG4J2: another log configuration, for a diagnosis (e.g. the
+        # request logger at DEBUG: bench/README.md, "What one job costs Kafka")
+        log4j2 = os.environ.get("DUETIME_KAFKA_LOG4J2") or LOG4J2_XML
         return [
             _java(),
             *jvm_opts,
-            f"-Dlog4j2.configurationFile={LOG4J2_XML}",
+            f"-Dlog4j2.configurationFile={log4j2}",
             f"-Dduetime.kafka.log.dir={self.log_dir}",
             "-Djava.awt.headless=true",
             "-cp",

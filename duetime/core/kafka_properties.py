@@ -38,10 +38,11 @@ OWN_VARIABLES = frozenset(
     {
         "DUETIME_KAFKA_BOOTSTRAP",  # bootstrap.servers: one variable for every client
         FILE_VARIABLE,
-        # the local broker of infra/ (ports, heap), not client properties
+        # the local broker of infra/ (ports, heap, log configuration), not client properties
         "DUETIME_KAFKA_PORT",
         "DUETIME_KAFKA_CONTROLLER_PORT",
         "DUETIME_KAFKA_HEAP_MB",
+        "DUETIME_KAFKA_LOG4J2",
     }
 )
 """``DUETIME_KAFKA_*`` variables that are duetime settings, never passed to librdkafka."""

@@ -93,6 +93,7 @@ def test_duetime_own_kafka_variables_are_no_properties() -> None:
         "DUETIME_KAFKA_PORT": "9092",
         "DUETIME_KAFKA_CONTROLLER_PORT": "9093",
         "DUETIME_KAFKA_HEAP_MB": "512",
+        "DUETIME_KAFKA_LOG4J2": "/tmp/log4j2.xml",
         "DUETIME_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "DUETIME_KAFKA_SASL_USERNAME": "  ",  # blank: unset, as for every DUETIME_ variable
     }
