@@ -79,7 +79,7 @@ def librdkafka_partition(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-# --- faust plumbing: read_committed without exactly_once -----------------------------------
+# --- faust plumbing: read_committed without exactly_once; the seek after a rebalance -------
 
 
 async def seek_to_committed_or_start(consumer: Any, changelog_topics: Set[str]) -> dict[Any, Any]:
