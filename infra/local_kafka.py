@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
+from duetime.core.config import Env
+
 from .process import (
     InfraError,
     describe_pid,
@@ -441,7 +443,7 @@ class LocalKafka:
     def _java_cmd(self, libs: Path, *jvm_opts: str) -> list[str]:
         # DUETIME_KAFKA_LOG4J2: another log configuration, for a diagnosis (e.g. the
         # request logger at DEBUG: bench/README.md, "What one job costs Kafka")
-        log4j2 = os.environ.get("DUETIME_KAFKA_LOG4J2") or LOG4J2_XML
+        log4j2 = Env().opt_str("DUETIME_KAFKA_LOG4J2") or LOG4J2_XML
         return [
             _java(),
             *jvm_opts,
