@@ -441,6 +441,12 @@ class PartitionOwner:
             )
             return None
 
+    def prefetch(self, job_ids: list[str]) -> None:
+        """Read the states of a cycle's inputs (their keys: job ids) in a few statements
+        before ``handle`` takes them one by one; a job the cycle changed is already here."""
+        dirty = self.pending.dirty
+        self.store.prefetch(j for j in job_ids if j not in dirty)
+
     def handle(self, msg: Message, now_ms: int) -> bool:
         """Apply one input record (jobs, control or results) to the cycle. False: held back
         (``hold_emits`` and it would emit an execution request): nothing of it was applied,

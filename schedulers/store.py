@@ -8,8 +8,9 @@ of far-future jobs.
 
 Writes of one scheduling cycle happen inside one SQLite transaction that is committed only
 after the Kafka transaction commits, and rolled back when it aborts. The cycle's states are
-written in one statement when it commits (or before any read of the table), and the states of
-the jobs a fire pops are read in a few statements, not one a job.
+written in one statement when it commits (or before a read of the table that needs them), and
+the states of the jobs a fire pops, or a cycle's inputs name, are read in a few statements, not
+one a job.
 
 The states written last are also kept decoded (``decoded_limit`` of them and ``decoded_bytes``
 at most, only for jobs in the near-term window or waiting for a result), so that firing a job
@@ -125,9 +126,13 @@ class StateStore:
         self._decoded_bytes = decoded_bytes
         self._decoded_used = 0
         """The kept states' ``decoded_size``, summed."""
-        self._writes: list[tuple[str, int | None, bytes]] = []
-        """States put since the last ``flush`` (job_id, wake, value): written in one
-        ``executemany`` by the next read, ``flush`` or ``commit``, not one statement each."""
+        self._writes: dict[str, tuple[str, int | None, bytes]] = {}
+        """Job id → its state put since the last ``flush`` (job_id, wake, value), the latest of
+        each job: written in one statement by ``flush`` or ``commit`` (or a read of the table by
+        wake-up time), not one a put. ``get`` answers from it first."""
+        self._absent: set[str] = set()
+        """Job ids ``prefetch`` found without a state and nobody put since: ``get`` answers
+        None without asking SQLite (a new job's definition, read with its batch)."""
         self._fetched: dict[str, bytes] = {}
         """Job id → its state's bytes, read with the other due jobs' by ``pop_due`` for the
         fires that follow (one query per chunk instead of one a job). A write of the job
@@ -160,7 +165,7 @@ class StateStore:
             self._db.executemany(
                 "INSERT INTO state (job_id, wake_at_ms, value) VALUES (?, ?, ?) ON CONFLICT "
                 "(job_id) DO UPDATE SET wake_at_ms = excluded.wake_at_ms, value = excluded.value",
-                self._writes,
+                self._writes.values(),
             )
             self._writes.clear()
 
@@ -176,6 +181,7 @@ class StateStore:
         self._unled.clear()
         self._forget_decoded()
         self._fetched.clear()
+        self._absent.clear()
         until, self._loaded_until_ms = self._loaded_until_ms, -1
         self._load(-(2**62), until)
         self._held_jobs = {str(j) for (j,) in self._db.execute("SELECT DISTINCT job_id FROM held")}
@@ -183,12 +189,27 @@ class StateStore:
     # --- reads and writes -----------------------------------------------------------------
 
     def get(self, job_id: str) -> bytes | None:
+        written = self._writes.get(job_id)
+        if written is not None:  # put in this cycle, not flushed yet: the newest there is
+            return written[2]
         fetched = self._fetched.pop(job_id, None)
         if fetched is not None:
             return fetched
-        self.flush()
+        if job_id in self._absent:
+            return None
+        # a lookup by key needs no flush: the unflushed writes are answered above
         row = self._db.execute("SELECT value FROM state WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else bytes(row[0])
+
+    def prefetch(self, job_ids: Iterable[str]) -> None:
+        """Read the states of ``job_ids`` (a cycle's inputs) for ``get`` in a few statements:
+        what has a state waits in the fetched entries, what has none is remembered as absent.
+        Jobs kept decoded need no read. What an earlier call read and nobody took is
+        dropped."""
+        self._fetched.clear()
+        wanted = [j for j in set(job_ids) if j not in self._decoded]
+        self._read(wanted)
+        self._absent = {j for j in wanted if j not in self._fetched and j not in self._writes}
 
     def take_decoded(self, job_id: str) -> SchedulerState | None:
         """The job's state as last written here, if it is kept; it is kept no longer."""
@@ -212,9 +233,10 @@ class StateStore:
         ``awaited``: a result is on its way (a fired job's wake-up is its rescue deadline,
         past the window, but its result usually comes within seconds), while there is room."""
         self.begin()
-        self._writes.append((job_id, wake_at_ms, value))
+        self._writes[job_id] = (job_id, wake_at_ms, value)
         self._index(job_id, wake_at_ms)
         self._fetched.pop(job_id, None)
+        self._absent.discard(job_id)
         self.take_decoded(job_id)  # re-inserted last: the dict's order is its age
         if decoded is None:
             return
@@ -285,6 +307,7 @@ class StateStore:
         self.flush()
         self._forget_decoded()  # the changelog's values replace whatever was kept
         self._fetched.clear()
+        self._absent.clear()
         self.advance(now_ms)  # what the table holds already (a standby copy's, or nothing)
         self.begin()
         # a copy's tail is a few records: updating its index costs less than building it again
@@ -303,6 +326,7 @@ class StateStore:
         order, a None value deletes) and the held commands, in one transaction, without the
         in-memory index (a copy has none until it is restored from). Returns the records."""
         self.begin()
+        self._absent.clear()  # rows written past ``put``
         n = self._write_rows(rows)
         self.commit()
         return n
@@ -478,8 +502,14 @@ class StateStore:
         """Read the states of ``job_ids`` (about to be fired) in chunks, for ``get``. What an
         earlier call read and nobody took is dropped: the entries stay a cycle's worth."""
         self._fetched.clear()
-        if job_ids:
-            self.flush()
+        self._absent.clear()
+        self._read(job_ids)
+
+    def _read(self, job_ids: list[str]) -> None:
+        """Add the states of ``job_ids`` that have one to the fetched entries (chunked). A job
+        put since the last flush is not read: ``get`` answers it from the write, and the
+        table's older bytes must not outlive the flush in the fetched entries."""
+        job_ids = [j for j in job_ids if j not in self._writes]
         for i in range(0, len(job_ids), READ_CHUNK):
             chunk = job_ids[i : i + READ_CHUNK]
             marks = ",".join("?" * len(chunk))

@@ -130,6 +130,9 @@ _byte_op = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(JOBS), st.one_of(st.none(), st.integers(0, 3_000))),
     st.tuples(st.just("get"), st.sampled_from(JOBS), st.none()),
     st.tuples(st.just("pop_due"), st.just(""), st.integers(0, 3_000)),
+    # a cycle's inputs read ahead: the jobs of a bit mask over JOBS
+    st.tuples(st.just("prefetch"), st.just(""), st.integers(0, 2 ** len(JOBS) - 1)),
+    st.tuples(st.just("flush"), st.just(""), st.none()),
     st.tuples(st.just("commit"), st.just(""), st.none()),
     st.tuples(st.just("rollback"), st.just(""), st.none()),
 )
@@ -140,8 +143,9 @@ _byte_op = st.one_of(
 def test_get_returns_the_bytes_last_put_since_the_last_commit_or_rollback(
     ops: list[tuple[str, str, int | None]],
 ) -> None:
-    # puts are written in one statement at the next read or commit, and pop_due reads the due
-    # jobs' bytes ahead of their fires: neither may ever hand out bytes older than the last put
+    # puts are written in one statement at a flush or commit, and pop_due and prefetch read
+    # jobs' bytes (or their absence) ahead of their fires and inputs: none of it may ever hand
+    # out bytes older than the last put, before or after the flush
     store = StateStore(None, WINDOW_MS)
     store.advance(0)
     committed: dict[str, bytes] = {}
@@ -156,6 +160,11 @@ def test_get_returns_the_bytes_last_put_since_the_last_commit_or_rollback(
         elif op == "pop_due":
             assert number is not None
             store.pop_due(number, limit=len(JOBS))
+        elif op == "prefetch":
+            assert number is not None
+            store.prefetch([j for i, j in enumerate(JOBS) if number >> i & 1])
+        elif op == "flush":
+            store.flush()
         elif op == "commit":
             store.commit()
             committed = dict(current)
@@ -177,6 +186,35 @@ def test_the_due_jobs_states_are_read_together_and_taken_once() -> None:
     assert store.get("a") == b"a" and "a" not in store._fetched  # taken
     store.put("b", None, b"b2")  # written after the read: the read bytes are stale
     assert store.get("b") == b"b2"
+
+
+def test_a_due_jobs_write_of_this_cycle_is_what_get_answers_after_the_flush() -> None:
+    # the read ahead of the fires must not take the table's older bytes of a job written in
+    # this cycle: they would outlive the flush in the fetched entries
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    store.put("a", 0, b"old")
+    store.commit()
+    store.put("a", 0, b"new")
+    assert store.pop_due(0, limit=10) == ["a"]
+    store.prefetch(["a"])
+    store.flush()
+    assert store.get("a") == b"new"
+
+
+def test_a_cycles_inputs_are_read_together_and_a_new_job_is_known_absent() -> None:
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    store.put("a", None, b"a")
+    store.commit()
+    store.put("b", None, b"b")  # this cycle's write, not flushed: answered from it
+    with patch.object(store, "_db", wraps=store._db) as db:
+        store.prefetch(["a", "b", "c"])
+        assert db.execute.call_count == 1  # one statement for the batch
+        assert (store.get("a"), store.get("b"), store.get("c")) == (b"a", b"b", None)
+        assert db.execute.call_count == 1  # and none a job
+    store.put("c", None, b"c")  # created since: no longer absent
+    assert store.get("c") == b"c"
 
 
 def test_large_states_are_kept_within_the_memory_bound() -> None:
