@@ -597,7 +597,11 @@ def _timed_run(
             stop(list(procs.values()))
     # the window: just before the first create to the last start (as the peers measure it)
     assert meter.started_s is not None and meter.stopped_s is not None
-    cpu = window_figures(meter, meter.started_s, last_start_s(results) or meter.stopped_s)
+    end_s = last_start_s(results) or meter.stopped_s
+    cpu = window_figures(meter, meter.started_s, end_s)
+    # where a burst's starts compete: each process's CPU from the first due time to the end
+    first_due_s = min(times_ms) / 1000 if times_ms else end_s
+    cpu["cpu_s_from_first_due"] = meter.window(min(first_due_s, end_s), end_s)
     return TimedRun(results, create_s, metrics, t0_ms, times_ms, cpu, written)
 
 
