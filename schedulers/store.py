@@ -134,9 +134,10 @@ class StateStore:
         """Job ids ``prefetch`` found without a state and nobody put since: ``get`` answers
         None without asking SQLite (a new job's definition, read with its batch)."""
         self._fetched: dict[str, bytes] = {}
-        """Job id → its state's bytes, read with the other due jobs' by ``pop_due`` for the
-        fires that follow (one query per chunk instead of one a job). A write of the job
-        drops its entry, so ``get`` never returns bytes older than the table's."""
+        """Job id → its state's bytes, read with the other due jobs' by ``pop_due`` (or a
+        cycle's inputs' by ``prefetch``) for the fires and inputs that follow (one query per
+        chunk instead of one a job). A write of the job drops its entry, so ``get`` never
+        returns bytes older than the table's."""
 
     def cache_kib(self, kib: int) -> None:
         """Let SQLite keep at most ``kib`` KiB of pages in RAM."""
@@ -202,14 +203,24 @@ class StateStore:
         return None if row is None else bytes(row[0])
 
     def prefetch(self, job_ids: Iterable[str]) -> None:
-        """Read the states of ``job_ids`` (a cycle's inputs) for ``get`` in a few statements:
-        what has a state waits in the fetched entries, what has none is remembered as absent.
-        Jobs kept decoded need no read. What an earlier call read and nobody took is
-        dropped."""
+        """Read the states of ``job_ids`` (a cycle's inputs, or the jobs a fire pops) for
+        ``get`` in a few statements: what has a state waits in the fetched entries, what has
+        none is remembered as absent. Jobs kept decoded need no read, nor jobs put since the
+        last flush (``get`` answers from the write, and the table's older bytes must not
+        outlive the flush in the fetched entries). What an earlier call read and nobody took
+        is dropped: the entries stay a cycle's worth."""
         self._fetched.clear()
-        wanted = [j for j in set(job_ids) if j not in self._decoded]
-        self._read(wanted)
-        self._absent = {j for j in wanted if j not in self._fetched and j not in self._writes}
+        wanted = [j for j in set(job_ids) if j not in self._decoded and j not in self._writes]
+        for i in range(0, len(wanted), READ_CHUNK):
+            chunk = wanted[i : i + READ_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            self._fetched.update(
+                (str(job_id), bytes(value))
+                for job_id, value in self._db.execute(
+                    f"SELECT job_id, value FROM state WHERE job_id IN ({marks})", chunk
+                )
+            )
+        self._absent = {j for j in wanted if j not in self._fetched}
 
     def take_decoded(self, job_id: str) -> SchedulerState | None:
         """The job's state as last written here, if it is kept; it is kept no longer."""
@@ -495,30 +506,8 @@ class StateStore:
             due.append(job_id)
         for entry in unled:
             heapq.heappush(self._heap, entry)
-        self._fetch([job_id for job_id in due if job_id not in self._decoded])
+        self.prefetch(due)
         return due
-
-    def _fetch(self, job_ids: list[str]) -> None:
-        """Read the states of ``job_ids`` (about to be fired) in chunks, for ``get``. What an
-        earlier call read and nobody took is dropped: the entries stay a cycle's worth."""
-        self._fetched.clear()
-        self._absent.clear()
-        self._read(job_ids)
-
-    def _read(self, job_ids: list[str]) -> None:
-        """Add the states of ``job_ids`` that have one to the fetched entries (chunked). A job
-        put since the last flush is not read: ``get`` answers it from the write, and the
-        table's older bytes must not outlive the flush in the fetched entries."""
-        job_ids = [j for j in job_ids if j not in self._writes]
-        for i in range(0, len(job_ids), READ_CHUNK):
-            chunk = job_ids[i : i + READ_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            self._fetched.update(
-                (str(job_id), bytes(value))
-                for job_id, value in self._db.execute(
-                    f"SELECT job_id, value FROM state WHERE job_id IN ({marks})", chunk
-                )
-            )
 
     def close(self) -> None:
         self._writes.clear()  # never committed: the changelog has them, or they never were
