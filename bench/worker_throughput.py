@@ -46,7 +46,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +61,7 @@ from bench.common import (
     progress,
     role_env,
     start_role,
+    warm_bench_stack,
     write_result,
 )
 from bench.cpu import SAMPLE_S, CpuMeter, per_job, pid_listening, window_figures
@@ -715,6 +716,23 @@ def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any
     return result
 
 
+WARM_UP_RATE = 700.0
+WARM_UP_S = 60.0
+
+
+def warm_up(rate: float = WARM_UP_RATE, duration_s: float = WARM_UP_S, workers: int = 2) -> str:
+    """The ``rate`` scenario's workload, unmeasured (nothing written): a round of what
+    ``compare --run`` runs first on the broker it holds, so the measured runs see a broker
+    past its JIT's start (bench.common.warm_bench_stack). Returns what it ran."""
+    n = int(rate * duration_s)
+    lead_s = RATE_LEAD_S + n / 3000  # the SDK creates every job first (~3,000/s here)
+    progress(f"warm-up (not measured): {n:,} no-op jobs at {rate:g}/s")
+    started = time.monotonic()
+    _timed_run("warm-up", lambda t0: [t0 + int(i * 1000 / rate) for i in range(n)], workers, lead_s)
+    progress(f"warm-up done in {time.monotonic() - started:.0f} s")
+    return f"worker rate: {n:,} no-op jobs at {rate:g}/s, {workers} workers"
+
+
 def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
     """The peers' burst workload end to end: ``jobs`` no-op one-time jobs all due at one
     instant T (created before T), scheduler + workers; lateness = first start − T."""
@@ -840,6 +858,12 @@ def main(argv: list[str] | None = None) -> int:
     burst = sub.add_parser("burst")
     burst.add_argument("--jobs", type=int, default=10_000)
     burst.add_argument("--workers", type=int, default=2)
+    for p in (rate, burst):
+        p.add_argument(
+            "--warm-broker",
+            action="store_true",
+            help="run on a broker with the JVM's default JIT, warmed first (as compare --run)",
+        )
     lease = sub.add_parser("lease")
     lease.add_argument("--executions", type=int, default=20_000)
     args = parser.parse_args(argv)
@@ -848,18 +872,22 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt  # unwind: stop the roles, drop the database
 
     signal.signal(signal.SIGTERM, on_term)
-    if args.scenario == "e2e":
-        result = scenario_e2e(args.workers, args.jobs)
-    elif args.scenario == "drain":
-        result = scenario_drain(args.workers, args.jobs)
-    elif args.scenario == "rate":
-        result = scenario_rate(args.rate, args.duration_s, args.workers)
-    elif args.scenario == "burst":
-        result = scenario_burst(args.jobs, args.workers)
-    else:
-        result = scenario_lease(args.executions)
+    with warm_bench_stack(warm_up) if getattr(args, "warm_broker", False) else nullcontext():
+        result = _scenario(args)
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
     return 0
+
+
+def _scenario(args: argparse.Namespace) -> dict[str, Any]:
+    if args.scenario == "e2e":
+        return scenario_e2e(args.workers, args.jobs)
+    if args.scenario == "drain":
+        return scenario_drain(args.workers, args.jobs)
+    if args.scenario == "rate":
+        return scenario_rate(args.rate, args.duration_s, args.workers)
+    if args.scenario == "burst":
+        return scenario_burst(args.jobs, args.workers)
+    return scenario_lease(args.executions)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 from duetime.core.config import CommonSettings, Env
 
 from .local_cluster import CLUSTER_HEAP_MB, LocalCluster, cluster_ports
-from .local_kafka import LocalKafka
+from .local_kafka import JVM_OPTS, LocalKafka
 from .local_postgres import LocalPostgres
 from .process import pid_alive
 
@@ -51,6 +51,9 @@ class StackSettings:
     deletes its own topics, so nothing there outlives a session, while the KRaft metadata log of
     thousands of created and deleted topics grew to where loading it took the broker past its
     start deadline on a busy machine)."""
+    kafka_jvm_opts: tuple[str, ...] | None = None
+    """The single broker's JVM options beside its heap; None: ``local_kafka.JVM_OPTS`` (C1 only,
+    for brokers that live minutes); ``()``: the JVM's default JIT, as a production broker."""
 
     @classmethod
     def from_env(cls, env: Env, home: Path | None = None, brokers: int = 1) -> StackSettings:
@@ -76,7 +79,11 @@ class LocalStack:
     def kafka(self) -> LocalKafka:
         s = self.settings
         return LocalKafka(
-            s.home, port=s.kafka_port, controller_port=s.controller_port, heap_mb=s.kafka_heap_mb
+            s.home,
+            port=s.kafka_port,
+            controller_port=s.controller_port,
+            heap_mb=s.kafka_heap_mb,
+            jvm_opts=JVM_OPTS if s.kafka_jvm_opts is None else s.kafka_jvm_opts,
         )
 
     @property
