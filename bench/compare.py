@@ -145,7 +145,16 @@ def _more(result: dict[str, Any]) -> dict[str, Any]:
     # worker) over the window (first create → last start) ÷ jobs completed; ``cpu_s`` keeps the
     # figure of each process, ``cpu_s_lifetime`` each one's whole life (start-up, idle),
     # ``host_cpu`` the machine over the window (busy, stolen by the hypervisor, not metered)
-    keys = ("cpu_ms_per_job", "system_cpu_s", "cpu_s", "cpu_s_lifetime", "cpu_window", "host_cpu")
+    # ``broker``: duetime's, fresh (C1 only) or held and warm (the default JIT)
+    keys = (
+        "cpu_ms_per_job",
+        "system_cpu_s",
+        "cpu_s",
+        "cpu_s_lifetime",
+        "cpu_window",
+        "host_cpu",
+        "broker",
+    )
     for key in keys:
         if result.get(key) is not None:
             out[key] = result[key]
