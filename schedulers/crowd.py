@@ -35,12 +35,17 @@ def crowd_lead(
     rate_per_s: float,
     cap_ms: int,
     total: int | None = None,
+    min_lead_ms: float = 0,
 ) -> Crowd:
     """Which jobs to fire at ``now_ms``. ``groups``: (wake_ms, jobs) in ascending wake order
     (those waking before now included: they go out first); ``rate_per_s``: the jobs this
     partition plans to emit a second; ``cap_ms``: no job fires earlier than this before its
     wake-up (0: none early). ``total``: the jobs of every group, when known: the walk stops
-    where even all of them would go out in time."""
+    where even all of them would go out in time. ``min_lead_ms``: a group whose turn would
+    come less than this before its wake-up does not set ``next_ms`` (the caller looks again
+    at least that often anyway: under a steady load every next job's turn is a few ms before
+    its wake-up, and waking for each cost the scheduler a walk per fire); once its turn has
+    come it still fires with the rest."""
     until_ms, next_ms = now_ms, None
     if cap_ms <= 0 or rate_per_s <= 0:
         return Crowd(until_ms, None)
@@ -50,8 +55,9 @@ def crowd_lead(
     for wake_ms, jobs in groups:
         if total is not None and wake_ms - now_ms > (total - 1) * ms_per_job:
             # even every job there is would start going out after now: this group's turn
-            # comes no earlier than this (the rest's later)
-            next_ms = _earlier(next_ms, math.ceil(wake_ms - (total - 1) * ms_per_job))
+            # comes no earlier than this (the rest's later), and none more than this ahead
+            if (total - 1) * ms_per_job >= min_lead_ms:
+                next_ms = _earlier(next_ms, math.ceil(wake_ms - (total - 1) * ms_per_job))
             break
         seen += jobs
         if wake_ms <= now_ms:
@@ -60,11 +66,13 @@ def crowd_lead(
         if wake_ms > horizon_ms:
             # beyond the cap: its turn comes once it is within the cap too (a later group's may
             # come first, and takes this one with it: the walk goes on)
-            next_ms = _earlier(next_ms, math.ceil(max(start_ms, wake_ms - cap_ms)))
+            turn_ms = max(start_ms, wake_ms - cap_ms)
+            if wake_ms - turn_ms >= min_lead_ms:
+                next_ms = _earlier(next_ms, math.ceil(turn_ms))
             continue
         if start_ms <= now_ms:
             until_ms, next_ms = wake_ms, None  # this group and every one before it
-        else:
+        elif wake_ms - start_ms >= min_lead_ms:
             next_ms = _earlier(next_ms, math.ceil(start_ms))
     return Crowd(until_ms, next_ms)
 

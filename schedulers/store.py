@@ -56,6 +56,8 @@ less than exactly (never more)."""
 CROWD_LOOKBACK_MS = 1_000
 """Jobs overdue by at most this much count for the crowd lead (they go out first); a backlog
 older than that is being fired at full speed anyway."""
+REBUILT = 1 << 30
+"""What a rebuilt in-memory index counts as in ``wake_additions``: any number of wake-ups."""
 
 WAKE_INDEX = "CREATE INDEX IF NOT EXISTS state_wake ON state (wake_at_ms, job_id)"
 """The wake-up index (``bulk_load`` drops it while it loads, and builds it again after). It
@@ -113,6 +115,9 @@ class StateStore:
         self._near: dict[str, int] = {}
         self._wake_counts: dict[int, int] = {}
         """Jobs of ``_near`` per ``CROWD_BUCKET_MS`` of wake-up time (wake // bucket → jobs)."""
+        self.wake_additions = 0
+        """Wake-ups the in-memory index gained so far (a rebuild counts as ``REBUILT``): the
+        crowd lead is worked out again once some came (partition.py ``CROWD_ADDED_MS``)."""
         self._unled: set[str] = set()
         """Jobs of ``_near`` whose wake-up no lead moves (a rescue deadline, an occurrence that
         overlap ``skip`` judges at its time): a crowd does not pop them before it."""
@@ -179,6 +184,7 @@ class StateStore:
         self._heap.clear()
         self._near.clear()
         self._wake_counts.clear()
+        self.wake_additions += REBUILT
         self._unled.clear()
         self._forget_decoded()
         self._fetched.clear()
@@ -420,6 +426,7 @@ class StateStore:
     def _set_near(self, job_id: str, wake_at_ms: int) -> None:
         self._drop_near(job_id)
         self._near[job_id] = wake_at_ms
+        self.wake_additions += 1
         bucket = wake_at_ms // CROWD_BUCKET_MS
         self._wake_counts[bucket] = self._wake_counts.get(bucket, 0) + 1
         heapq.heappush(self._heap, (wake_at_ms, job_id))
@@ -457,6 +464,7 @@ class StateStore:
                 counts[bucket] = counts.get(bucket, 0) + 1
             self._heap = [(wake, job_id) for job_id, wake in self._near.items()]
             heapq.heapify(self._heap)
+            self.wake_additions += REBUILT
         self._loaded_until_ms = max(self._loaded_until_ms, until_ms)
 
     def advance(self, now_ms: int) -> None:
@@ -473,7 +481,7 @@ class StateStore:
             heapq.heappop(self._heap)
         return None
 
-    def crowd(self, now_ms: int, rate_per_s: float, cap_ms: int) -> Crowd:
+    def crowd(self, now_ms: int, rate_per_s: float, cap_ms: int, min_lead_ms: float = 0) -> Crowd:
         """The crowd lead over the index's counts (crowd.py): which wake-ups to fire now."""
         counts = self._wake_counts
         if not counts:
@@ -486,7 +494,10 @@ class StateStore:
             for bucket in range(first, last + 1)
             if (jobs := counts.get(bucket))
         )
-        return crowd_lead(groups, now_ms, rate_per_s, cap_ms, total=len(self._near))
+        # no ``total``: it stopped the walk early with a bound on the next turn (the window's
+        # jobs at the rate) that stayed a few ms ahead of every wake-up, so the partition
+        # walked again at each fire; the walk is ~440 buckets at most
+        return crowd_lead(groups, now_ms, rate_per_s, cap_ms, min_lead_ms=min_lead_ms)
 
     def pop_due(self, now_ms: int, limit: int, until_ms: int | None = None) -> list[str]:
         """Job ids whose wake-up time has come (removed from the in-memory index), earliest

@@ -4,6 +4,8 @@ property tests over (wake, jobs) groups."""
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,3 +151,34 @@ def test_a_crowd_beyond_the_cap_has_its_turn_when_it_comes_within_it() -> None:
     assert crowd == Crowd(NOW, NOW + 10)
     assert crowd_lead(groups, NOW + 9, 167.0, 1_000).until_ms == NOW + 9
     assert crowd_lead(groups, NOW + 10, 167.0, 1_000).until_ms == NOW + 1_010
+
+
+def _turns(
+    groups: list[tuple[int, int]], now: int, rate: float, cap: int
+) -> list[tuple[int, float]]:
+    """(wake, turn) of every group waking after ``now``: the instant its jobs, with all those
+    before them, must start going out (no earlier than the cap before its wake-up)."""
+    seen, out = 0, []
+    for wake, jobs in groups:
+        seen += jobs
+        if wake > now:
+            out.append((wake, max(wake - (seen - 1) * 1000 / rate, wake - cap)))
+    return out
+
+
+@settings(max_examples=500)
+@given(crowds(), rates, caps, st.integers(1, 2_000))
+def test_a_minimum_lead_only_lets_the_timer_sleep_through_small_turns(
+    groups: list[tuple[int, int]], rate: float, cap: int, min_lead: int
+) -> None:
+    """With ``min_lead_ms`` the same jobs fire now, and the timer may sleep longer, but only
+    through turns less than ``min_lead_ms`` before their wake-up: a group asleep through its
+    turn goes out no later than that after it (at the caller's next look, or its wake-up)."""
+    exact = crowd_lead(groups, NOW, rate, cap)
+    for total in (None, sum(jobs for _, jobs in groups)):
+        lax = crowd_lead(groups, NOW, rate, cap, total=total, min_lead_ms=min_lead)
+        assert lax.until_ms == exact.until_ms
+        end = math.inf if lax.next_ms is None else lax.next_ms
+        for wake, turn in _turns(groups, NOW, rate, cap):
+            if wake > lax.until_ms and NOW < math.ceil(turn) < end:
+                assert wake - turn < min_lead, (wake, turn, lax)

@@ -282,6 +282,25 @@ def test_a_crowd_pops_early_but_not_what_no_lead_moves() -> None:
     assert store.crowd(0, 1_000_000.0, 3_000).until_ms == 0  # one left, fast: no crowd
 
 
+def test_the_index_counts_the_wake_ups_it_gains() -> None:
+    """What the partition's crowd lead watches to look again (``wake_additions``): every job
+    the in-memory index gains counts; a pop does not; a rebuild counts as any number."""
+    store = StateStore(None, WINDOW_MS)
+    store.advance(0)
+    assert store.wake_additions >= store_module.REBUILT  # the first load built the index
+    before = store.wake_additions
+    for i in range(5):
+        store.put(f"j{i}", 1_000 + i, b"x")
+    store.put("far", WINDOW_MS * 10, b"x")  # beyond the window: not in the index
+    assert store.wake_additions == before + 5
+    store.commit()
+    assert len(store.pop_due(2_000, 10)) == 5
+    assert store.wake_additions == before + 5
+    store.begin()
+    store.rollback()
+    assert store.wake_additions >= before + 5 + store_module.REBUILT
+
+
 _restored = st.lists(
     st.tuples(
         st.sampled_from([*JOBS, "held/a/1/x", "held/b/2/y"]),
