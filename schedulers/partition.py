@@ -65,14 +65,13 @@ log = logging.getLogger("duetime.scheduler")
 
 WAKE_HEADER = "duetime-wake-ms"
 CROWD_EVERY_MS = 1_000
-"""The crowd lead is worked out again this often, when a later group's turn has come, or
-``CROWD_ADDED_MS`` after the index gained a wake-up (a crowd arriving: the timer wakes for
-it): walking the index's counts costs ~50 us, a cycle runs every few milliseconds. It was
-worked out at every fire and every 100 ms besides, 15 % of a scheduler's CPU at 350 jobs/s
-(py-spy --gil, 2026-12-04). Jobs leaving the index only make turns later, and time makes
-them come (``next_ms``), so nothing else needs a look."""
-CROWD_ADDED_MS = 100
-"""How long after the index gained wake-ups the crowd lead is worked out again."""
+"""The crowd lead is worked out again this often, when a later group's turn has come, or at
+the first fire after the index gained a wake-up (a crowd arriving, maybe as its turn comes):
+walking the index's counts costs ~50 us, a cycle runs every few milliseconds. It was worked
+out at every fire and every 100 ms besides, 15 % of a scheduler's CPU at 350 jobs/s (py-spy
+--gil, 2026-12-04). Jobs leaving the index only make turns later, and time makes them come
+(``next_ms``), so nothing else needs a look. (Looking 100 ms after an addition instead let a
+crowd ingested as its turn came go out ~100 ms late: the integration test caught it.)"""
 CROWD_MIN_LEAD_MS = 100
 """A group's turn less than this before its wake-up does not wake the timer (crowd.py
 ``min_lead_ms``): under a steady load every next job's turn is a few ms before its wake-up;
@@ -652,7 +651,7 @@ class PartitionOwner:
             since_ms >= CROWD_EVERY_MS
             or since_ms < 0  # the clock stepped back
             or (crowd.next_ms is not None and crowd.next_ms <= now_ms)
-            or (since_ms >= CROWD_ADDED_MS and self.store.wake_additions != self._crowd_additions)
+            or self.store.wake_additions != self._crowd_additions
         ):
             crowd = self._crowd = self.store.crowd(
                 now_ms, rate_per_s, cap_ms, min_lead_ms=CROWD_MIN_LEAD_MS
@@ -858,19 +857,13 @@ class PartitionOwner:
 
     def next_wake_ms(self) -> int | None:
         """When the timer must run next: the earliest wake-up, or at once while a crowd's jobs
-        wait to be popped, or when a crowd's next group's turn comes, or when the crowd lead
-        is to be worked out again for wake-ups the index gained."""
+        wait to be popped, or when a crowd's next group's turn comes."""
         wake = self.store.next_wake_ms()
         crowd = self._crowd
         if self._crowd_held and wake is not None and wake <= crowd.until_ms:
             wake = self._crowd_at_ms  # a crowd's jobs the fire limit left for the next cycle
         if crowd.next_ms is not None and (wake is None or crowd.next_ms < wake):
             wake = crowd.next_ms
-        if self.store.wake_additions != self._crowd_additions and self._crowd_at_ms > 0:
-            # wake-ups came since the crowd lead was worked out: look again (a crowd arriving)
-            look = self._crowd_at_ms + CROWD_ADDED_MS
-            if wake is None or look < wake:
-                wake = look
         return wake
 
     # --- the transaction ------------------------------------------------------------------

@@ -56,8 +56,6 @@ less than exactly (never more)."""
 CROWD_LOOKBACK_MS = 1_000
 """Jobs overdue by at most this much count for the crowd lead (they go out first); a backlog
 older than that is being fired at full speed anyway."""
-REBUILT = 1 << 30
-"""What a rebuilt in-memory index counts as in ``wake_additions``: any number of wake-ups."""
 
 WAKE_INDEX = "CREATE INDEX IF NOT EXISTS state_wake ON state (wake_at_ms, job_id)"
 """The wake-up index (``bulk_load`` drops it while it loads, and builds it again after). It
@@ -116,8 +114,8 @@ class StateStore:
         self._wake_counts: dict[int, int] = {}
         """Jobs of ``_near`` per ``CROWD_BUCKET_MS`` of wake-up time (wake // bucket → jobs)."""
         self.wake_additions = 0
-        """Wake-ups the in-memory index gained so far (a rebuild counts as ``REBUILT``): the
-        crowd lead is worked out again once some came (partition.py ``CROWD_ADDED_MS``)."""
+        """Wake-ups the in-memory index gained so far (a rebuild counts as one): the crowd
+        lead is worked out again when it changed (partition.py ``CROWD_EVERY_MS``)."""
         self._unled: set[str] = set()
         """Jobs of ``_near`` whose wake-up no lead moves (a rescue deadline, an occurrence that
         overlap ``skip`` judges at its time): a crowd does not pop them before it."""
@@ -184,7 +182,7 @@ class StateStore:
         self._heap.clear()
         self._near.clear()
         self._wake_counts.clear()
-        self.wake_additions += REBUILT
+        self.wake_additions += 1
         self._unled.clear()
         self._forget_decoded()
         self._fetched.clear()
@@ -464,7 +462,7 @@ class StateStore:
                 counts[bucket] = counts.get(bucket, 0) + 1
             self._heap = [(wake, job_id) for job_id, wake in self._near.items()]
             heapq.heapify(self._heap)
-            self.wake_additions += REBUILT
+            self.wake_additions += 1
         self._loaded_until_ms = max(self._loaded_until_ms, until_ms)
 
     def advance(self, now_ms: int) -> None:
