@@ -78,6 +78,11 @@ def thread_cpu_s(pid: int) -> dict[str, tuple[str, float]]:
     return out
 
 
+def jit_cpu_s(pid: int) -> float:
+    """CPU seconds of the JVM ``pid``'s JIT compiler threads (C1 and C2) so far."""
+    return sum(cpu for name, cpu in thread_cpu_s(pid).values() if "CompilerThre" in name)
+
+
 GROUPS: tuple[tuple[str, str], ...] = (
     (r"data-plane-kafka-request-handler|kafka-request-handler", "request handlers (broker)"),
     (r"controller-.*request-handler|quorum-controller|kafka-.*raft|raft", "KRaft controller"),

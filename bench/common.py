@@ -259,21 +259,6 @@ of a core over a round of the warm-up (they used ~0.24, 0.07, 0.06, 0.03 in four
 WARM_MAX_ROUNDS = 6
 
 
-def jit_cpu_s(pid: int) -> float:
-    """CPU seconds of the JVM ``pid``'s JIT compiler threads (C1 and C2) so far."""
-    total = 0.0
-    tasks = Path(f"/proc/{pid}/task")
-    for task in tasks.iterdir():
-        try:
-            if "CompilerThre" not in (task / "comm").read_text():
-                continue
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # a thread that ended meanwhile
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 @contextmanager
 def warm_bench_stack(warm_up: Callable[[], str]) -> Iterator[None]:
     """Every bench run of this process on one broker that runs the JVM's default JIT (C1, then
@@ -291,10 +276,12 @@ def warm_bench_stack(warm_up: Callable[[], str]) -> Iterator[None]:
         ports.unlink(missing_ok=True)
         stack, ports = _local_stack(jvm_opts=())
     stack.acquire()
-    users = [f for f in (stack.settings.home / "users").iterdir() if f.name != str(os.getpid())]
+    shared = bool(stack.other_users())
     _HELD.append((stack, ports))
     started = time.monotonic()
     try:
+        from bench.broker_profile import jit_cpu_s
+
         pid = stack.kafka.pid
         if pid is None:
             raise RuntimeError("the bench broker did not start")
@@ -310,7 +297,7 @@ def warm_bench_stack(warm_up: Callable[[], str]) -> Iterator[None]:
                 break
         _BROKER.clear()
         _BROKER.update(
-            jit="as another live run started it (shared)" if users else "default (C1 + C2)",
+            jit="as another live run started it (shared)" if shared else "default (C1 + C2)",
             broker="held over this process's runs",
             warmed_by=f"{len(rounds)} x {ran}",
             warm_up_jit_core_share=rounds,

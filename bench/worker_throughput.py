@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Producer
@@ -670,14 +671,17 @@ def start_figures(results: Results, n: int) -> dict[str, Any]:
     }
 
 
+def steady_due(rate: float, n: int, t0_ms: int) -> list[int]:
+    """``n`` due times from ``t0_ms`` at ``rate`` a second."""
+    return [t0_ms + int(i * 1000 / rate) for i in range(n)]
+
+
 def scenario_rate(rate: float, duration_s: float, workers: int) -> dict[str, Any]:
     name = f"worker-rate-{int(rate)}"
     n = int(rate * duration_s)
     lead_s = RATE_LEAD_S
     progress(f"{n:,} jobs due from T0 = (roles up) + {lead_s:.0f} s at {rate:g}/s")
-    run = _timed_run(
-        name, lambda t0: [t0 + int(i * 1000 / rate) for i in range(n)], workers, lead_s
-    )
+    run = _timed_run(name, partial(steady_due, rate, n), workers, lead_s)
     results, create_s, metrics, t0_ms = run.results, run.create_s, run.metrics, run.t0_ms
     figures = start_figures(results, n)
     lateness, scheduled = figures.pop("_series")
@@ -728,7 +732,7 @@ def warm_up(rate: float = WARM_UP_RATE, duration_s: float = WARM_UP_S, workers: 
     lead_s = RATE_LEAD_S + n / 3000  # the SDK creates every job first (~3,000/s here)
     progress(f"warm-up (not measured): {n:,} no-op jobs at {rate:g}/s")
     started = time.monotonic()
-    _timed_run("warm-up", lambda t0: [t0 + int(i * 1000 / rate) for i in range(n)], workers, lead_s)
+    _timed_run("warm-up", partial(steady_due, rate, n), workers, lead_s)
     progress(f"warm-up done in {time.monotonic() - started:.0f} s")
     return f"worker rate: {n:,} no-op jobs at {rate:g}/s, {workers} workers"
 

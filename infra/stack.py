@@ -193,18 +193,29 @@ class LocalStack:
             (users / str(os.getpid())).touch()
             self.up()
 
+    def other_users(self) -> list[str]:
+        """The pids of the other live processes registered as users of the stack."""
+        users = self.settings.home / "users"
+        if not users.is_dir():
+            return []
+        me = str(os.getpid())
+        return [
+            f.name
+            for f in users.iterdir()
+            if f.name.isdigit() and f.name != me and pid_alive(int(f.name))
+        ]
+
     def release(self) -> bool:
         """Unregister; stop the services when no other live process uses them. True if stopped."""
         with self._exclusive():
             users = self.settings.home / "users"
             (users / str(os.getpid())).unlink(missing_ok=True)
-            others = [f for f in users.iterdir() if f.name.isdigit() and pid_alive(int(f.name))]
-            for stale in set(users.iterdir()) - set(others):
-                stale.unlink(missing_ok=True)
+            others = self.other_users()
+            for stale in users.iterdir():
+                if stale.name not in others:
+                    stale.unlink(missing_ok=True)
             if others:
-                log.info(
-                    "stack still used by pids %s: leaving it running", [f.name for f in others]
-                )
+                log.info("stack still used by pids %s: leaving it running", others)
                 return False
             self.down()
             return True

@@ -1,5 +1,5 @@
 """The compare's warm broker: the JVM options reach the bench broker, and the JIT's CPU is read
-from a live JVM's compiler threads (bench.common.jit_cpu_s)."""
+from a live JVM's compiler threads (bench.broker_profile.jit_cpu_s)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import jit_cpu_s
+from bench.broker_profile import jit_cpu_s
 from duetime.infra.local_kafka import JVM_OPTS
 from duetime.infra.stack import LocalStack, StackSettings
 from tests.helpers import wait_for
