@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import re
 import signal
 import threading
@@ -56,6 +57,7 @@ from confluent_kafka import Producer
 
 from bench import kafka_count
 from bench.common import (
+    RssPeaks,
     bench_stack,
     percentiles,
     plot_series,
@@ -66,6 +68,7 @@ from bench.common import (
     write_result,
 )
 from bench.cpu import SAMPLE_S, CpuMeter, per_job, pid_listening, window_figures
+from duetime.consumers.worker.settings import WorkerSettings
 from duetime.infra.harness import RoleProc, assign_all, reader, stop_all
 
 NOOP = "bench.worker_throughput:noop"
@@ -199,8 +202,10 @@ class Results:
 # --- processes ------------------------------------------------------------------------------
 
 
-def start_workers(common: Any, n: int, tag: str) -> list[RoleProc]:
+def start_workers(common: Any, n: int, tag: str, hold_buffer: int | None = None) -> list[RoleProc]:
+    """``n`` workers; ``hold_buffer``: their DUETIME_WORKER_HOLD_BUFFER (None: the default)."""
     procs = []
+    more = {} if hold_buffer is None else {"DUETIME_WORKER_HOLD_BUFFER": str(hold_buffer)}
     for i in range(n):
         name = f"{tag}-worker-{i}"
         env = role_env(
@@ -210,6 +215,7 @@ def start_workers(common: Any, n: int, tag: str) -> list[RoleProc]:
             DUETIME_WORKER_CONCURRENCY=str(WORKER_CONCURRENCY),
             DUETIME_WORKER_BUFFER=str(WORKER_CONCURRENCY * 10),
             DUETIME_METRICS_PORT=str(METRICS_BASE_PORT + i),
+            **more,
         )
         procs.append(start_role(["worker"], env, name))
     try:
@@ -504,6 +510,7 @@ class TimedRun:
     # (first create → last start), ``cpu_s_lifetime`` and ``cpu_window`` (bench.cpu)
     cpu: dict[str, Any]
     kafka_written: dict[str, Any]  # what the run wrote to the broker (bench.kafka_count)
+    workers_peak_rss_mb: dict[str, float]  # each worker's largest RSS over the run
 
     def cpu_figures(self) -> dict[str, Any]:
         """CPU seconds per process in the window and over each one's life, their total and
@@ -512,6 +519,7 @@ class TimedRun:
             **self.cpu,
             **per_job(self.cpu["cpu_s"], len(self.results.success)),
             "kafka_written": self.kafka_written,
+            "workers_peak_rss_mb": self.workers_peak_rss_mb,
         }
 
 
@@ -550,18 +558,19 @@ def _timed_run(
     workers: int,
     lead_s: float,
     feed_ahead_s: float | None = None,
+    hold_buffer: int | None = None,
 ) -> TimedRun:
     """Scheduler + ``workers`` + a projector on fresh topics; once they are up, T0 = now +
     ``lead_s`` and one-time jobs due at ``due_ms(T0)`` (sorted); waits until every job succeeded
     (or gave up). With ``feed_ahead_s`` the jobs are created by a feeder thread that keeps
     ``feed_ahead_s`` seconds of them ahead of their due time, as producers do in production;
     otherwise all are created up front. CPU is measured from just before the first create to
-    the last start (each process's lifetime beside it)."""
+    the last start (each process's lifetime beside it), and each worker's peak RSS."""
     with stack(PARTITIONS) as base, fresh(base) as common:
         procs: dict[str, RoleProc] = {}
         try:  # a start that fails or is interrupted stops the roles started so far
             procs["scheduler"] = start_scheduler(common, name)
-            for i, proc in enumerate(start_workers(common, workers, name)):
+            for i, proc in enumerate(start_workers(common, workers, name, hold_buffer)):
                 procs[f"worker_{i}"] = proc
             procs["projector"] = start_role(
                 ["projector"], role_env(common, DUETIME_INSTANCE_ID=f"{name}-projector"),
@@ -573,6 +582,7 @@ def _timed_run(
         results = Results(common)
         try:
             meter = system_meter(common, procs)
+            rss = RssPeaks({k: p.process.pid for k, p in procs.items() if k.startswith("worker")})
             kafka_before = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             meter.start()
             t0_ms = int((time.time() + lead_s) * 1000)
@@ -585,6 +595,7 @@ def _timed_run(
             span_s = (times_ms[-1] - time.time() * 1000) / 1000
             wait_done(results, len(times_ms), max(0.0, span_s) + 120)
             meter.stop()
+            workers_rss_mb = rss.stop()
             kafka_after = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             if feed_ahead_s is not None:
                 feeder.close()
@@ -604,7 +615,7 @@ def _timed_run(
     # where a burst's starts compete: each process's CPU from the first due time to the end
     first_due_s = min(times_ms) / 1000 if times_ms else end_s
     cpu["cpu_s_from_first_due"] = meter.window(min(first_due_s, end_s), end_s)
-    return TimedRun(results, create_s, metrics, t0_ms, times_ms, cpu, written)
+    return TimedRun(results, create_s, metrics, t0_ms, times_ms, cpu, written, workers_rss_mb)
 
 
 class Feeder:
@@ -737,13 +748,22 @@ def warm_up(rate: float = WARM_UP_RATE, duration_s: float = WARM_UP_S, workers: 
     return f"worker rate: {n:,} no-op jobs at {rate:g}/s, {workers} workers"
 
 
+def burst_hold_buffer(jobs: int, workers: int) -> int | None:
+    """A burst larger than the workers' hold buffers together gets workers sized for it, as
+    the operations guide says (docs/operations.md: a worker's share of the largest burst
+    must fit in its hold buffer; 5 % over an even share); None: the default fits."""
+    share = math.ceil(jobs / workers * 1.05)
+    return share if share > WorkerSettings.hold_buffer else None
+
+
 def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
     """The peers' burst workload end to end: ``jobs`` no-op one-time jobs all due at one
     instant T (created before T), scheduler + workers; lateness = first start − T."""
     name = f"worker-burst-{jobs}"
     lead_s = 15 + jobs / 2000
+    hold = burst_hold_buffer(jobs, workers)
     progress(f"{jobs:,} jobs all due at T0 = (roles up) + {lead_s:.0f} s")
-    run = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s)
+    run = _timed_run(name, lambda t0: [t0] * jobs, workers, lead_s, hold_buffer=hold)
     results, create_s, metrics, t0_ms = run.results, run.create_s, run.metrics, run.t0_ms
     figures = start_figures(results, jobs)
     lateness, _ = figures.pop("_series")
@@ -760,6 +780,7 @@ def scenario_burst(jobs: int, workers: int) -> dict[str, Any]:
             "workers": workers,
             "partitions": PARTITIONS,
             "worker_concurrency": WORKER_CONCURRENCY,
+            "worker_hold_buffer": hold or WorkerSettings.hold_buffer,
             "create_s": round(create_s, 1),
             "measured": "worker started_at − T (all due at T); throughput = distinct jobs "
             "started ÷ (last start − T), as bench/peers measures it; " + CPU_MEASURED,

@@ -341,6 +341,7 @@ class TopicReader:
                         record = self.codec.decode(self.event_type, msg.value() or b"")
                         record["_topic"] = msg.topic()
                         record["_partition"] = msg.partition()
+                        record["_timestamp_ms"] = msg.timestamp()[1]  # the producer's clock
                         self.records.append(record)
 
     def snapshot(self) -> list[dict[str, Any]]:

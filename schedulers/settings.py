@@ -77,7 +77,7 @@ class SchedulerSettings:
     at this rate (a burst of N: (N - 1) / rate), so they wait at the workers, claimed, when their
     time comes; a steady load below it gets no extra lead. Each partition plans with its share
     (this divided by the partitions the process owns)."""
-    crowd_lead_max_ms: int = 10_000
+    crowd_lead_max_ms: int = 25_000
     """The crowd lead's cap on top of ``fire_lead_ms`` (0: no crowd lead). A pause or change
     that reaches the scheduler inside the lead does not stop the run already emitted;
     the workers hold led requests (within DUETIME_WORKER_MAX_EARLY_WAIT_S, 60 s, and

@@ -19,7 +19,8 @@ The order is the guarantee:
   its lease is released and its offset moves on: one record never stops or wedges a
   partition, let alone the worker.
 
-The slot is freed as soon as the target returns, so reporting never holds capacity.
+The slot is freed as soon as the target returns, so reporting never holds capacity; while
+due work waits for a slot, the report waits for the starts (report_gate.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -46,6 +47,7 @@ from duetime.schemas.codec import Codec
 from . import gate, metrics
 from .kafka_io import TP, AsyncProducer
 from .leases import LIMITED, Claim, DatabaseUnavailable, LeaseStore, Limits
+from .report_gate import ReportGate
 from .results import Outcome, cancelled, failure, redacted_traceback, result_record, timed_out
 from .targets import Targets, log_fields
 
@@ -81,8 +83,9 @@ class Item(Delivery):
     """True while the task is suspended inside the target (the only place it is cancelled)."""
     abort_reason: str | None = None
     """LOST, HANDED_BACK or CANCELLED when the run was stopped early."""
-    stop_flag: threading.Event = field(default_factory=threading.Event)
-    """A Python task's ``ctx.cancelled``: set whenever the run is stopped early."""
+    stop_flag: threading.Event | None = None
+    """A Python task's ``ctx.cancelled``: set whenever the run is stopped early. Made when the
+    run starts: a request held for its due time (tens of thousands in a burst) has none."""
     early_seen: bool = False
     """Its early arrival was counted and logged (once per delivery, however long it waits)."""
     queue: str = DEFAULT_QUEUE
@@ -145,6 +148,7 @@ class Executor:
         clock: Clock = SYSTEM_CLOCK,
         on_limit_answer: Callable[[Item, Claim], None] | None = None,
         on_limit_freed: Callable[[Item], None] | None = None,
+        report_defer_s: float = 0.0,
     ) -> None:
         self.worker_id = worker_id
         self.clock = clock
@@ -168,6 +172,9 @@ class Executor:
         """Requests waiting for their due time with a lease claimed ahead: renewed with the
         held ones, so a wait longer than the TTL (a crowd fired seconds ahead) keeps its lease."""
         self._stopping = False
+        self.reports = ReportGate(report_defer_s)
+        """Finished runs' reports wait here while due work waits for a slot."""
+        self._reporting = 0
         # labelled children resolved once: labels() costs more than the observation itself
         self._children: dict[tuple[int, str, Priority], Any] = {}
         self._finished_children: dict[tuple[str, Priority, ResultStatus, str], Any] = {}
@@ -236,6 +243,16 @@ class Executor:
     def running_count(self) -> int:
         return self._running
 
+    def reporting_count(self) -> int:
+        """Runs finished and not reported yet (their lease completion and result): out of the
+        slots, still in the buffer."""
+        return self._reporting
+
+    def starts_waiting(self, waiting: bool) -> None:
+        """Whether due work waits for a slot now: while it does, finished runs' reports wait
+        for the starts (report_gate.py, DUETIME_WORKER_REPORT_DEFER_S)."""
+        self.reports.starts_waiting(waiting and not self._stopping)
+
     def held(self) -> list[tuple[str, int]]:
         """(execution_id, token) of every lease held now (to renew): those of running attempts
         and those claimed ahead for requests still waiting for their due time."""
@@ -286,6 +303,7 @@ class Executor:
     async def abort_all(self, reason: str) -> int:
         """Stop every running target, release its lease; returns how many were stopped."""
         self._stopping = True
+        self.starts_waiting(False)  # finished runs report now
         stopped = [i for i in self._held.values() if self._abort(i, HANDED_BACK)]
         for item in stopped:
             log.info("handing back: %s", reason, extra=item.fields())
@@ -326,7 +344,8 @@ class Executor:
         if not item.in_target or item.abort_reason is not None or item.task is None:
             return False
         item.abort_reason = reason
-        item.stop_flag.set()  # a sync task in its thread sees ctx.cancelled
+        if item.stop_flag is not None:
+            item.stop_flag.set()  # a sync task in its thread sees ctx.cancelled
         item.task.cancel()
         return True
 
@@ -386,7 +405,12 @@ class Executor:
                 else:
                     self._on_finished(item, False)
                 return
-            await self._report(item, token, outcome, started_ms, finished_ms)
+            self._reporting += 1
+            try:
+                await self.reports.turn()
+                await self._report(item, token, outcome, started_ms, finished_ms)
+            finally:
+                self._reporting -= 1
         except Exception as exc:
             free_slot()
             await self._give_up(item, exc)
@@ -458,16 +482,17 @@ class Executor:
         item.abort_reason = None
         timeout_s = request.timeout_s
         outcome: Outcome | None
+        stop_flag = item.stop_flag = threading.Event()
         item.in_target = True
         try:
             async with asyncio.timeout(timeout_s):
-                outcome = await self.targets.run(request, item.stop_flag)
+                outcome = await self.targets.run(request, stop_flag)
         except TimeoutError:
-            item.stop_flag.set()
+            stop_flag.set()
             log.info("attempt timed out after %.3g s", timeout_s, extra=item.fields())
             outcome = timed_out(timeout_s)
         except asyncio.CancelledError:
-            item.stop_flag.set()
+            stop_flag.set()
             if item.abort_reason is None:
                 raise  # the worker itself is being torn down
             task = asyncio.current_task()

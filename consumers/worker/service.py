@@ -135,9 +135,12 @@ class Worker:
         self._started = False
         self._seq = 0
         self._reserved_critical = settings.reserved_critical  # computed, not a field: once
-        self._claim_ahead_s = settings.lease_ttl_s / 4
+        self._claim_ahead_s = settings.lease_ttl_s / 2
         """A request held for the scheduler's fire lead, at most this early, claims its lease
-        at once (``Executor.claim_ahead``): it starts well inside the claim's TTL."""
+        at once (``Executor.claim_ahead``; renewed with the running ones while it waits). Half
+        the TTL (5 s by default): a crowd of 50,000 held by one worker takes ~4 s of claims on
+        a 2-core box beside the other roles, which a quarter of it (2.5 s) did not leave, so
+        the first starts waited for them (bench/README.md, "Starts before reports")."""
         self._wait_timer: asyncio.TimerHandle | None = None
         """Brings the earliest of ``lease_waits`` back on time (``_wait``)."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -204,6 +207,7 @@ class Worker:
             clock=clock,
             on_limit_answer=self._limit_answer,
             on_limit_freed=self._limit_freed,
+            report_defer_s=s.report_defer_s,
         )
         self.consumer = ConsumerThread(
             consumer,
@@ -266,6 +270,7 @@ class Worker:
                     self._requeue_due_lease_waits()
                     self._let_limit_waiters_go()
                     self._start_ready()
+                    self.executor.reports.let_overdue_go()
                     self._apply_backpressure()
                     if time.monotonic() - self._committed_at >= self.settings.commit_interval_s:
                         self._commit()
@@ -364,6 +369,7 @@ class Worker:
         log.info("stopping: no new work; %s running", self.executor.running_count())
         self._pause(set(self._priority_of))
         self._drop_queued(lambda item: True)
+        self.executor.starts_waiting(False)  # nothing more starts: finished runs report now
         if self._wait_timer is not None:
             self._wait_timer.cancel()
             self._wait_timer = None
@@ -484,6 +490,8 @@ class Worker:
                 time.monotonic(),
             )
             if chosen is None:
+                # due work left waiting for a slot: finished runs' reports wait for it
+                self.executor.starts_waiting(any(st.queues.values()))
                 return
             waiting = st.queues[chosen].popleft()
             item = st.items.get(waiting.key)
@@ -525,7 +533,7 @@ class Worker:
         if early_ms <= led_ms:  # held for the lead: its lease is ready at its time
             if early_s <= self._claim_ahead_s:
                 self.executor.claim_ahead(item)
-            else:  # back at TTL/4 before it, to claim it then, with the others due with it
+            else:  # back at TTL/2 before it, to claim it then, with the others due with it
                 early_s -= self._claim_ahead_s
         if first:
             metrics.EARLY.labels(action="waited").inc()
@@ -682,28 +690,35 @@ class Worker:
         bounds of its own."""
         st = self.state
         held = sum(st.held.values())
-        total = sum(st.outstanding.values()) - held
+        # run and reporting (their reports may wait for the starts): no slot, only memory,
+        # bounded apart, by what the two buffers let in at once
+        reporting = self.executor.reporting_count()
+        total = sum(st.outstanding.values()) - held - reporting
         critical = {t for t, p in self._priority_of.items() if p is Priority.CRITICAL}
         others = set(self._priority_of) - critical
-        full = self._full(total, held)
+        full = self._full(total, held, reporting)
         if full is True:
             self._pause(others)
         elif full is False:
             self._resume(others)
         held_critical = st.held[Priority.CRITICAL]
-        full = self._full(st.outstanding[Priority.CRITICAL] - held_critical, held_critical)
+        full = self._full(st.outstanding[Priority.CRITICAL] - held_critical, held_critical, 0)
         if full is True:
             self._pause(critical)
         elif full is False:
             self._resume(critical)
 
-    def _full(self, waiting: int, held: int) -> bool | None:
-        """True: pause (either buffer full); False: resume (both under their hysteresis
-        mark); None: as it is."""
+    def _full(self, waiting: int, held: int, reporting: int) -> bool | None:
+        """True: pause (a buffer full); False: resume (all under their hysteresis mark);
+        None: as it is. Runs reporting may be as many as both buffers hold."""
         buffer, hold_buffer = self.settings.buffer, self.settings.hold_buffer
-        if waiting >= buffer or held >= hold_buffer:
+        if waiting >= buffer or held >= hold_buffer or reporting >= buffer + hold_buffer:
             return True
-        if waiting < buffer * _RESUME_BELOW and held < hold_buffer * _RESUME_BELOW:
+        if (
+            waiting < buffer * _RESUME_BELOW
+            and held < hold_buffer * _RESUME_BELOW
+            and reporting < (buffer + hold_buffer) * _RESUME_BELOW
+        ):
             return False
         return None
 
@@ -798,6 +813,9 @@ class Worker:
             self.offsets.forget(tp)
         self.state.assigned -= gone
         self._drop_queued(lambda item: item.tp in gone)
+        # finished runs of those partitions report now: the new owner, redelivered their
+        # requests, meets their leases held until then (the next round looks at starts again)
+        self.executor.starts_waiting(False)
         log.info(
             "%s %s partitions (now %s)",
             "lost" if lost else "revoked",

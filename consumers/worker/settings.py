@@ -112,6 +112,13 @@ class WorkerSettings:
     time, so without a wait nearly every completion went alone (1.2 a round trip at 350
     jobs/s on two workers). Like ``result_linger_ms``, it delays only the result, never a
     start nor a slot (the slot is freed when the target returns)."""
+    report_defer_s: float = 10.0
+    """While due work waits for a slot, a finished run's report (its lease completion and
+    result) waits for the starts, at most this long (0: never). On a box the roles share, a
+    burst's reports (PostgreSQL, the broker, the scheduler's and the projector's work for
+    each result) otherwise take the CPU its starts need. Its lease stays held and renewed;
+    its result and its run's status arrive up to this much later, only under such a backlog.
+    Well inside the scheduler's rescue window (the job's timeout + the lease TTL + 30 s)."""
     lease_retention_s: float = 7 * 24 * 3600.0
     """Finished leases are deleted after this long (the execution topics keep 7 days)."""
     max_early_wait_s: float = 60.0
@@ -209,6 +216,9 @@ class WorkerSettings:
             ),
             complete_gather_ms=env.integer(
                 "DUETIME_WORKER_COMPLETE_GATHER_MS", cls.complete_gather_ms, 0, 1000
+            ),
+            report_defer_s=env.number(
+                "DUETIME_WORKER_REPORT_DEFER_S", cls.report_defer_s, 0.0, 30.0
             ),
             lease_retention_s=env.number(
                 "DUETIME_LEASE_RETENTION_S", cls.lease_retention_s, 3600.0, 365 * 86400.0

@@ -180,6 +180,26 @@ def test_held_requests_beyond_the_buffer_keep_the_partitions_fetching(
         running.stop()
 
 
+@pytest.mark.parametrize("defer_s", [10.0, 0.0])
+def test_finished_runs_report_after_the_starts_waiting_for_a_slot(
+    settings: CommonSettings, requests: Requests, results: TopicReader, defer_s: float
+) -> None:
+    """Starts before reports (report_gate.py): with one slot and six requests due at once,
+    every run's result is published after the last of them started; with
+    DUETIME_WORKER_REPORT_DEFER_S=0 the first result is out before the last run starts."""
+    running = start_worker(settings, concurrency=1, buffer=10, report_defer_s=defer_s)
+    try:
+        due_ms = now_ms() + 1_500
+        sent = [requests.send(due_at_ms=due_ms, sleep_s=0.1) for _ in range(6)]
+        ran = [final(results, request["job_id"])[0] for request in sent]
+        assert all(r["status"] == "success" for r in ran), ran
+        last_start = max(r["started_at_ms"] for r in ran)
+        first_out = min(r["_timestamp_ms"] for r in ran)
+        assert (first_out >= last_start) is (defer_s > 0), (first_out, last_start)
+    finally:
+        running.stop()
+
+
 def lease_of(settings: CommonSettings, execution_id: str) -> tuple[str, bool] | None:
     """(state, expired) of the execution's lease row; None: no row."""
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
