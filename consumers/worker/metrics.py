@@ -40,6 +40,13 @@ BUFFERED = Gauge(
     "duetime_worker_buffered", "Fetched executions not finished yet (queued, running, reporting)"
 )
 QUEUED = Gauge("duetime_worker_queued", "Executions waiting for a slot", ["queue", "priority"])
+REPORTING = Gauge(
+    "duetime_worker_reporting", "Runs finished and not reported yet (lease completion, result)"
+)
+REPORTS_WAITING = Gauge(
+    "duetime_worker_reports_waiting",
+    "Finished runs' reports waiting for the starts (DUETIME_WORKER_REPORT_DEFER_S)",
+)
 PAUSED = Gauge("duetime_worker_paused_partitions", "Assigned partitions paused (buffer full)")
 LEASE_CONFLICTS = Counter(
     "duetime_worker_lease_conflicts_total",

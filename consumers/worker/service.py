@@ -915,6 +915,8 @@ class Worker:
         st = self.state
         metrics.INFLIGHT.set(sum(st.running.values()))
         metrics.BUFFERED.set(sum(st.outstanding.values()))
+        metrics.REPORTING.set(self.executor.reporting_count())
+        metrics.REPORTS_WAITING.set(len(self.executor.reports))
         waiting = Counter(
             (st.items[w.key].queue, priority)
             for priority, queue in st.queues.items()

@@ -36,6 +36,8 @@ EXPECTED = {
         "duetime_worker_executions_started_total",
         "duetime_worker_executions_finished_total",
         "duetime_worker_inflight",
+        "duetime_worker_reporting",
+        "duetime_worker_reports_waiting",
         "duetime_worker_consumer_lag",
         "duetime_worker_lease_conflicts_total",
     },
