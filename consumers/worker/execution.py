@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
@@ -174,7 +175,7 @@ class Executor:
         self._stopping = False
         self.reports = ReportGate(report_defer_s)
         """Finished runs' reports wait here while due work waits for a slot."""
-        self._reporting = 0
+        self._reporting: Counter[Priority] = Counter()
         # labelled children resolved once: labels() costs more than the observation itself
         self._children: dict[tuple[int, str, Priority], Any] = {}
         self._finished_children: dict[tuple[str, Priority, ResultStatus, str], Any] = {}
@@ -243,10 +244,12 @@ class Executor:
     def running_count(self) -> int:
         return self._running
 
-    def reporting_count(self) -> int:
+    def reporting_count(self, priority: Priority | None = None) -> int:
         """Runs finished and not reported yet (their lease completion and result): out of the
-        slots, still in the buffer."""
-        return self._reporting
+        slots, still in the buffer. ``priority``: of that priority only."""
+        if priority is None:
+            return self._reporting.total()
+        return self._reporting[priority]
 
     def starts_waiting(self, waiting: bool) -> None:
         """Whether due work waits for a slot now: while it does, finished runs' reports wait
@@ -405,12 +408,12 @@ class Executor:
                 else:
                     self._on_finished(item, False)
                 return
-            self._reporting += 1
+            self._reporting[item.priority] += 1
             try:
                 await self.reports.turn()
                 await self._report(item, token, outcome, started_ms, finished_ms)
             finally:
-                self._reporting -= 1
+                self._reporting[item.priority] -= 1
         except Exception as exc:
             free_slot()
             await self._give_up(item, exc)

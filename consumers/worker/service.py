@@ -702,7 +702,12 @@ class Worker:
         elif full is False:
             self._resume(others)
         held_critical = st.held[Priority.CRITICAL]
-        full = self._full(st.outstanding[Priority.CRITICAL] - held_critical, held_critical, 0)
+        reporting_critical = self.executor.reporting_count(Priority.CRITICAL)
+        full = self._full(
+            st.outstanding[Priority.CRITICAL] - held_critical - reporting_critical,
+            held_critical,
+            reporting_critical,
+        )
         if full is True:
             self._pause(critical)
         elif full is False:

@@ -216,7 +216,7 @@ def test_a_request_fired_ahead_claims_its_lease_early_and_gives_it_back_unrun(
     """Held for the lead, a request's lease is claimed at once (claims of a fetch share a
     round trip; its start needs none). A worker that stops before the due time releases it:
     the next worker runs the request at its time, not a lease TTL later."""
-    # claimed ahead when at most a quarter of the TTL early
+    # claimed ahead when at most half the TTL early
     first = start_worker(settings, concurrency=1, buffer=10, lease_ttl_s=60.0)
     try:
         led = requests.send(due_at_ms=now_ms() + 6_000)
@@ -252,7 +252,7 @@ def test_a_lease_claimed_ahead_is_renewed_while_its_request_waits_for_a_slot(
     cancel to it: a request cancelled while it waits is reported ``cancelled`` unrun."""
     running = start_worker(settings, concurrency=1, buffer=10, lease_ttl_s=6.0)
     try:
-        led = requests.send(due_at_ms=now_ms() + 1_400)  # claimed at once (within TTL/4)
+        led = requests.send(due_at_ms=now_ms() + 1_400)  # claimed at once (within TTL/2)
         doomed = requests.send(due_at_ms=now_ms() + 1_400)
         for eid in (led["execution_id"], doomed["execution_id"]):
             wait_for(
