@@ -7,13 +7,11 @@ lateness_ms {p50, p99, max}, lost, duplicates, machine, config``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -369,37 +367,3 @@ def _profile(pid: int, log_name: str) -> None:
         stdout=subprocess.DEVNULL,
         stderr=open(out / f"{log_name}.py-spy.log", "wb"),  # noqa: SIM115
     )  # fmt: skip
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-class RssPeaks:
-    """The largest RSS of each named process, sampled every ``every_s`` in a thread while it
-    runs (a process gone meanwhile keeps the peak it had)."""
-
-    def __init__(self, pids: dict[str, int], every_s: float = 0.5) -> None:
-        self.peaks_bytes = dict.fromkeys(pids, 0)
-        self._pids = pids
-        self._every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-peaks", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for name, pid in self._pids.items():
-                with contextlib.suppress(OSError):
-                    self.peaks_bytes[name] = max(self.peaks_bytes[name], rss_bytes(pid))
-            self._stop.wait(self._every_s)
-
-    def stop(self) -> dict[str, float]:
-        """Stop sampling; the peaks in MB (10^6 bytes)."""
-        self._stop.set()
-        self._thread.join(5)
-        return {name: round(b / 1e6, 1) for name, b in self.peaks_bytes.items()}

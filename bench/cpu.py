@@ -145,6 +145,8 @@ class CpuMeter:
         self.started_s: float | None = None
         self.stopped_s: float | None = None
         self.last: dict[str, float | None] = {}
+        self.peak_rss_bytes: dict[str, int] = {}
+        """Each process's largest RSS over the readings (the root process, not its tree)."""
         self.host = {"busy": Timeline(), "steal": Timeline(), "all": Timeline()}
         """The whole machine's cumulative CPU seconds (``host_cpu_s``), read with the processes."""
         self._lock = threading.Lock()
@@ -180,12 +182,16 @@ class CpuMeter:
         with self._lock:
             pids = dict(self.pids)
         readings = {name: _read(pid) for name, pid in pids.items()}
+        rss = {name: _rss(pid) for name, pid in pids.items()}
         host = host_cpu_s()
         now = time.time()
         with self._lock:
             if host is not None:
                 for line, value in zip(self.host.values(), host, strict=True):
                     line.record(now, value)
+            for name, size in rss.items():
+                if size is not None:
+                    self.peak_rss_bytes[name] = max(self.peak_rss_bytes.get(name, 0), size)
             for name, cpu in readings.items():
                 self.last[name] = cpu
                 if cpu is not None:
@@ -240,6 +246,24 @@ class CpuMeter:
 
 def _read(pid: int | None) -> float | None:
     return None if pid is None else tree_cpu_s(pid)
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident set size now (0 if /proc says none)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _rss(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    try:
+        return rss_bytes(pid)
+    except OSError:  # gone meanwhile: it keeps the peak it had
+        return None
 
 
 def per_job(

@@ -39,11 +39,10 @@ from bench.common import (
     plot_series,
     progress,
     role_env,
-    rss_bytes,
     start_role,
     write_result,
 )
-from bench.cpu import tree_cpu_s
+from bench.cpu import rss_bytes, tree_cpu_s
 from duetime.infra.harness import FAST_FETCH, RoleProc, assign_all, reader, stop_all
 
 TARGET = {"type": "http", "url": "http://127.0.0.1:9/noop"}

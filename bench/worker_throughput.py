@@ -57,7 +57,6 @@ from confluent_kafka import Producer
 
 from bench import kafka_count
 from bench.common import (
-    RssPeaks,
     bench_stack,
     percentiles,
     plot_series,
@@ -582,7 +581,6 @@ def _timed_run(
         results = Results(common)
         try:
             meter = system_meter(common, procs)
-            rss = RssPeaks({k: p.process.pid for k, p in procs.items() if k.startswith("worker")})
             kafka_before = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             meter.start()
             t0_ms = int((time.time() + lead_s) * 1000)
@@ -595,7 +593,11 @@ def _timed_run(
             span_s = (times_ms[-1] - time.time() * 1000) / 1000
             wait_done(results, len(times_ms), max(0.0, span_s) + 120)
             meter.stop()
-            workers_rss_mb = rss.stop()
+            workers_rss_mb = {
+                name: round(size / 1e6, 1)
+                for name, size in meter.peak_rss_bytes.items()
+                if name.startswith("worker")
+            }
             kafka_after = kafka_count.snapshot(common.bootstrap_servers, common.topic_prefix)
             if feed_ahead_s is not None:
                 feeder.close()
