@@ -70,8 +70,10 @@ the first fire after the index gained a wake-up (a crowd arriving, maybe as its 
 walking the index's counts costs ~50 us, a cycle runs every few milliseconds. It was worked
 out at every fire and every 100 ms besides, 15 % of a scheduler's CPU at 350 jobs/s (py-spy
 --gil, 2026-12-04). Jobs leaving the index only make turns later, and time makes them come
-(``next_ms``), so nothing else needs a look. (Looking 100 ms after an addition instead let a
-crowd ingested as its turn came go out ~100 ms late: the integration test caught it.)"""
+(``next_ms``, which also wakes the timer for groups coming within the cap: store.py
+``CROWD_LOOKAHEAD_MS``), so nothing else needs a look. (Looking 100 ms after an addition
+instead let a crowd ingested as its turn came go out ~100 ms late: the integration test caught
+it.)"""
 CROWD_MIN_LEAD_MS = 100
 """A group's turn less than this before its wake-up does not wake the timer (crowd.py
 ``min_lead_ms``): under a steady load every next job's turn is a few ms before its wake-up;

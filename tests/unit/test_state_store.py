@@ -4,6 +4,7 @@ result, never more than the limit."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from unittest.mock import patch
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from duetime.core.models import Status
 from duetime.core.records import JobDefinition, SchedulerState
 from duetime.core.topics import HELD_PREFIX
+from duetime.schedulers import partition as partition_module
 from duetime.schedulers import store as store_module
 from duetime.schedulers.store import StateStore, decoded_size
 from duetime.schemas.codec import Codec
@@ -280,6 +282,61 @@ def test_a_crowd_pops_early_but_not_what_no_lead_moves() -> None:
     assert store.pop_due(10, 1_000, crowd.until_ms) == []
     assert store.pop_due(1_000, 1_000) == ["deadline"]
     assert store.crowd(0, 1_000_000.0, 3_000).until_ms == 0  # one left, fast: no crowd
+
+
+def _first_fire_ms(store: StateStore, wake_ms: int, rate: float, cap_ms: int) -> int:
+    """The instant the partition's looks (every CROWD_EVERY_MS, or at ``next_ms``) first fire
+    the jobs waking at ``wake_ms`` (none popped meanwhile)."""
+    t = 0
+    while True:
+        crowd = store.crowd(t, rate, cap_ms)
+        if crowd.until_ms >= wake_ms:
+            return t
+        later = t + partition_module.CROWD_EVERY_MS
+        t = later if crowd.next_ms is None else min(later, crowd.next_ms)
+
+
+def test_a_crowd_coming_within_the_cap_between_two_looks_is_fired_at_its_turn() -> None:
+    """140 jobs at 50/s go out 2.78 s before their wake-up, 220 ms after they come within the
+    3 s cap: a look a second apart saw them only after their turn (the 1 s looks at 7,000 and
+    8,000 fired them at 8,000, 256 ms late)."""
+    store = StateStore(None, 60_000)
+    store.advance(0)
+    wake = 10_524  # a bucket's last millisecond (the crowd's groups are buckets)
+    for i in range(140):
+        store.put(f"j{i}", wake, b"x")
+    store.commit()
+    assert _first_fire_ms(store, wake, 50.0, 3_000) == wake - 139 * 20
+
+
+@given(
+    wakes=st.lists(st.integers(0, 40_000), min_size=1, max_size=300),
+    now=st.integers(0, 20_000),
+    rate=st.sampled_from([20.0, 100.0, 1_000.0]),
+    cap=st.sampled_from([1_000, 3_000, 10_000]),
+)
+@settings(max_examples=200, deadline=None)
+def test_the_crowd_looks_again_before_any_later_groups_turn(
+    wakes: list[int], now: int, rate: float, cap: int
+) -> None:
+    """Whatever the index holds past the cap, the look after ``now`` comes no later than the
+    turn of any group not within the cap yet (its jobs waking there and before, at the rate,
+    never more than the cap ahead): a crowd is never seen after its turn."""
+    store = StateStore(None, 60_000)
+    store.advance(0)
+    for i, wake in enumerate(wakes):
+        store.put(f"j{i}", wake, b"x")
+    store.commit()
+    crowd = store.crowd(now, rate, cap)
+    width = store_module.CROWD_BUCKET_MS
+    grouped = Counter(w // width * width + width - 1 for w in wakes)
+    for wake in sorted(grouped):
+        if wake <= now + cap:
+            continue
+        seen = sum(n for w, n in grouped.items() if now - store_module.CROWD_LOOKBACK_MS
+                   <= w <= wake)  # fmt: skip
+        turn = max(wake - (seen - 1) * 1000 / rate, wake - cap)
+        assert crowd.next_ms is not None and crowd.next_ms <= math.ceil(turn), (wake, seen)
 
 
 def test_the_index_counts_the_wake_ups_it_gains() -> None:
