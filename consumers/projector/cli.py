@@ -28,6 +28,7 @@ def add_projector_arguments(parser: argparse.ArgumentParser) -> None:
 def run_projector(args: argparse.Namespace) -> int:
     import signal
 
+    from duetime.core.collector import tune_collector
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -42,6 +43,7 @@ def run_projector(args: argparse.Namespace) -> int:
         settings.common.metrics_host,
     )
     projector = Projector(settings)
+    tune_collector()
     signal.signal(signal.SIGTERM, projector.stop)
     signal.signal(signal.SIGINT, projector.stop)
     if args.rebuild:

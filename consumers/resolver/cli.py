@@ -41,6 +41,7 @@ def add_resolver_arguments(parser: argparse.ArgumentParser) -> None:
 def run_resolver(args: argparse.Namespace) -> int:
     import faust
 
+    from duetime.core.collector import tune_collector
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -76,6 +77,7 @@ def run_resolver(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="duetime-resolver-") as data_dir:
         app = build_app(settings, Path(data_dir))
         worker: Any = Worker(app, quiet=True, redirect_stdouts=False, loglevel=common.log_level)
+        tune_collector()
         try:
             worker.execute_from_commandline()  # runs until SIGTERM / SIGINT, then stops cleanly
         except SystemExit as exc:

@@ -30,6 +30,7 @@ def run_worker(args: argparse.Namespace) -> int:
     import os
 
     from duetime.core import tracing
+    from duetime.core.collector import tune_collector
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -52,6 +53,7 @@ def run_worker(args: argparse.Namespace) -> int:
     )
     # spans only with the otel extra and an exporter in OTEL_* (duetime/core/tracing.py)
     tracing.configure("worker")
+    tune_collector()  # a collection's pause is a pause of every start due in it
     try:
         return run(settings)
     finally:

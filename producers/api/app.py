@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from duetime import __version__
 from duetime.core import kafka
 from duetime.core.clock import SYSTEM_CLOCK, Clock
+from duetime.core.collector import tune_collector
 from duetime.core.config import Env
 from duetime.core.redact import redact_text
 from duetime.producers.sdk import JobClient
@@ -253,6 +254,9 @@ async def _check_kafka(res: Resources) -> str:
 
 
 def factory() -> FastAPI:
+    """Each ``--workers`` process's app (uvicorn imports it by name)."""
     settings = ApiSettings.from_env(Env())
     settings.check_exposure()
-    return create_app(settings)
+    app = create_app(settings)
+    tune_collector()
+    return app

@@ -26,6 +26,7 @@ def run_api(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from duetime.core.collector import tune_collector
     from duetime.core.config import Env
     from duetime.core.logs import setup_logging
     from duetime.core.metrics_server import serve_metrics
@@ -67,8 +68,10 @@ def run_api(args: argparse.Namespace) -> int:
             access_log=False,
         )
         return 0
+    app = create_app(settings)
+    tune_collector()  # (with --workers, each worker's factory does)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         http=HTTP_PROTOCOL,
