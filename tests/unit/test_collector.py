@@ -27,6 +27,8 @@ PROBE = textwrap.dedent(
     tune_collector()
     assert before() is None, "the start-up's garbage cycle survived"
     assert gc.get_freeze_count() > 0
+    # frozen: in no generation any later collection walks (get_objects lists those)
+    assert not any(o is kept for o in gc.get_objects()), "a start-up object was not frozen"
     assert gc.get_threshold()[0] == {generation0}, gc.get_threshold()
     after = cycle()  # a cycle made while serving: still collected
     gc.collect()
