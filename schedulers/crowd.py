@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,9 @@ class Crowd:
     next_ms: int | None
     """The instant a later group's turn comes (its jobs must start going out then), if one
     within the cap has not come yet: the timer must wake by then."""
+    walked: int = field(default=0, compare=False)
+    """The jobs of the groups walked (all given, unless ``total`` stopped the walk): a count
+    beside the answer, not part of it."""
 
 
 def crowd_lead(
@@ -74,7 +77,7 @@ def crowd_lead(
             until_ms, next_ms = wake_ms, None  # this group and every one before it
         elif wake_ms - start_ms >= min_lead_ms:
             next_ms = _earlier(next_ms, math.ceil(start_ms))
-    return Crowd(until_ms, next_ms)
+    return Crowd(until_ms, next_ms, seen)
 
 
 def _earlier(a: int | None, b: int) -> int:

@@ -496,22 +496,21 @@ class StateStore:
         # the groups within the cap, and those within CROWD_LOOKAHEAD_MS past it: their turns
         # (no earlier than their coming within the cap) set ``next_ms`` too
         last = (now_ms + cap_ms + CROWD_LOOKAHEAD_MS) // width
-        groups = [
+        groups = (
             (bucket * width + width - 1, jobs)
             for bucket in range(first, last + 1)
             if (jobs := counts.get(bucket))
-        ]
+        )
         # no ``total``: it stopped the walk early with a bound on the next turn (the window's
         # jobs at the rate) that stayed a few ms ahead of every wake-up, so the partition
         # walked again at each fire; the walk is ~1,100 buckets at most (a 25 s cap)
         crowd = crowd_lead(groups, now_ms, rate_per_s, cap_ms, min_lead_ms=min_lead_ms)
-        walked = sum(jobs for _, jobs in groups)
-        if walked < len(self._near):
+        if crowd.walked < len(self._near):
             # jobs waking later still (or overdue past the lookback: they fire anyway): one
             # may come within the lookahead before the next look, so look by then
             lookahead_ms = now_ms + CROWD_LOOKAHEAD_MS
             if crowd.next_ms is None or lookahead_ms < crowd.next_ms:
-                crowd = Crowd(crowd.until_ms, lookahead_ms)
+                crowd = Crowd(crowd.until_ms, lookahead_ms, crowd.walked)
         return crowd
 
     def pop_due(self, now_ms: int, limit: int, until_ms: int | None = None) -> list[str]:
